@@ -1,0 +1,43 @@
+"""Projected Attention Layers (PALs) for the AdapterHub `adapters` library, and a multi-task harness.
+
+``import pals_adapters`` registers the ``"pals"`` adapter config type and its presets
+(``pals``, ``pals_no_share``, ``low_rank``, ``pals_top``, ``pals_bottom``)::
+
+    model.add_adapter("sst", config="pals")
+"""
+
+from .accounting import ParameterCount, count_parameters
+from .config import PALS_PRESETS, PALsConfig
+from .errors import (
+    AdapterLoadError,
+    ConfigError,
+    DataError,
+    PalsError,
+    UnknownNameError,
+    UnsupportedModelError,
+)
+from .integration import SUPPORTED_MODEL_TYPES, attach_pal_layers, is_pal_adapter, register
+from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
+
+__version__ = "0.1.0"
+
+register()
+
+__all__ = [
+    "PALS_PRESETS",
+    "PALsConfig",
+    "ParameterCount",
+    "count_parameters",
+    "ProjectedAttentionLayer",
+    "ProjectedSelfAttention",
+    "SUPPORTED_MODEL_TYPES",
+    "attach_pal_layers",
+    "is_pal_adapter",
+    "register",
+    "AdapterLoadError",
+    "ConfigError",
+    "DataError",
+    "PalsError",
+    "UnknownNameError",
+    "UnsupportedModelError",
+]

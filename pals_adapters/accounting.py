@@ -1,0 +1,81 @@
+"""Parameter accounting from a model config alone: the model is built on the meta device (no weights)."""
+
+from dataclasses import dataclass
+from typing import Union
+
+import adapters
+import torch
+from transformers import AutoConfig, AutoModel, PretrainedConfig
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """Parameters of a multi-task model with ``n_tasks`` tasks, relative to its base model."""
+
+    method: str
+    base: int  # the pretrained model (with pooler): the unit of the multiplier
+    shared: int  # weights shared by all tasks (the base, or 0 for separate models)
+    per_task: int  # task-specific weights of one task, head excluded
+    head_per_task: int  # one task's output layer
+    n_tasks: int
+
+    @property
+    def total(self) -> int:
+        return self.shared + self.n_tasks * (self.per_task + self.head_per_task)
+
+    @property
+    def multiplier(self) -> float:
+        """Total parameters over the base model's: the paper's "Params" column (1.13x for PALs)."""
+        return self.total / self.base
+
+
+def _meta_model(model_config: PretrainedConfig):
+    with torch.device("meta"):
+        return AutoModel.from_config(model_config)
+
+
+def _numel(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def count_parameters(
+    method: Union[str, dict, "adapters.AdapterConfig", "peft.PeftConfig"],
+    model_config: Union[str, PretrainedConfig],
+    n_tasks: int = 8,
+    num_labels: int = 2,
+) -> ParameterCount:
+    """Per-task and total parameters of ``method`` on ``model_config``, computed without weights.
+
+    ``method`` is anything ``model.add_adapter`` accepts (``"pals"``, ``"double_seq_bn"``,
+    ``"lora"``, a config object or dict), a ``peft`` config, or one of ``"full"`` (every
+    task fine-tunes its own copy of the model) and ``"shared"`` (only the heads are per task).
+    """
+    if isinstance(model_config, str):
+        model_config = AutoConfig.from_pretrained(model_config)
+    if n_tasks < 1:
+        raise ConfigError(f"n_tasks={n_tasks}: must be >= 1")
+    base_model = _meta_model(model_config)
+    base = _numel(base_model)
+    head = model_config.hidden_size * num_labels + num_labels
+    name = method if isinstance(method, str) else type(method).__name__
+
+    if method == "full":
+        # Separate models: every task owns a whole copy, nothing is shared.
+        return ParameterCount("full", base, 0, base, head, n_tasks)
+    if method == "shared":
+        return ParameterCount("shared", base, base, 0, head, n_tasks)
+
+    try:
+        from peft import PeftConfig, get_peft_model
+    except ImportError:  # pragma: no cover - peft is a dependency
+        PeftConfig = ()
+    if isinstance(method, PeftConfig):
+        # peft adapts the model in place; count what it added.
+        peft_model = get_peft_model(base_model, method)
+        return ParameterCount(name, base, base, _numel(peft_model) - base, head, n_tasks)
+
+    adapters.init(base_model)
+    base_model.add_adapter("task", config=method)
+    return ParameterCount(name, base, base, _numel(base_model) - base, head, n_tasks)

@@ -1,0 +1,372 @@
+"""Load task splits into ``datasets.Dataset`` objects with one uniform schema.
+
+Schema of every loaded split:
+
+* ``text_a`` (string): the first text column, verbatim (no stripping).
+* ``text_b`` (string): the second text column; always present, ``""`` for
+  single-sentence tasks (use ``spec.is_pair`` to decide whether to tokenise it).
+* ``label``: int64 index into ``spec.labels`` (classification) or float64
+  (regression). The column is omitted for unlabelled test splits.
+* ``idx`` (int64): 0-based data row within the file (header excluded); for the
+  hub, the hub's ``idx``. GLUE prediction files use it as their ``index``.
+
+Local GLUE TSVs are read with ``csv.QUOTE_NONE`` (quotes are text); user CSVs use
+normal CSV quoting. Files are decoded as UTF-8 with an optional byte-order mark.
+Bad input raises :class:`DataError` naming the file, the 1-based line and the fix;
+no row is ever skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from .errors import ConfigError, DataError, UnknownNameError
+from .tasks import TaskSpec, get_task
+
+SOURCES = ("auto", "local", "hub")
+
+
+def features_for(spec: TaskSpec, labelled: bool = True) -> datasets.Features:
+    """The ``datasets.Features`` of a loaded split of ``spec``."""
+    feats = {"text_a": datasets.Value("string"), "text_b": datasets.Value("string")}
+    if labelled:
+        feats["label"] = datasets.Value("float64" if spec.is_regression else "int64")
+    feats["idx"] = datasets.Value("int64")
+    return datasets.Features(feats)
+
+
+def is_test_split(split: str) -> bool:
+    """Test splits may be unlabelled (GLUE's are)."""
+    return split.startswith("test")
+
+
+# --------------------------------------------------------------------------- raw readers
+
+
+def _check_file(path: Path) -> None:
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; check the data folder (glue_dir / GLUE_DIR) or the task's file paths")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: file is empty; it needs a header line and data rows")
+
+
+def _iter_delimited(path: Path, fmt: str, header: bool,
+                    positions: dict[str, int] | None) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """Column names and an iterator of (1-based line, fields) for a TSV/CSV file."""
+    _check_file(path)
+    delimiter = "\t" if fmt == "tsv" else ","
+    quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+    handle = open(path, encoding="utf-8-sig", newline="")
+    reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+
+    def fail(exc: Exception) -> DataError:
+        handle.close()
+        return DataError(f"{path}, line {reader.line_num + 1}: cannot parse ({exc}); "
+                         f"the file must be UTF-8 {fmt.upper()}")
+
+    if header:
+        try:
+            first = next(reader, None)
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise fail(exc) from None
+        if first is None or not any(c.strip() for c in first):
+            handle.close()
+            raise DataError(f"{path}, line 1: expected a header line with column names, found an empty line")
+        columns = [c.strip() for c in first]
+        dupes = sorted({c for c in columns if columns.count(c) > 1})
+        if dupes:
+            handle.close()
+            raise DataError(f"{path}, line 1: duplicate column name {dupes[0]!r} in header {columns}")
+    else:
+        width = max(positions.values()) + 1
+        by_index = {i: n for n, i in positions.items()}
+        columns = [by_index.get(i, f"column_{i}") for i in range(width)]
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        with handle:
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except (csv.Error, UnicodeDecodeError) as exc:
+                    raise fail(exc) from None
+                line = reader.line_num
+                if not row:
+                    raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
+                if len(row) != len(columns):
+                    kind = "too few" if len(row) < len(columns) else "too many"
+                    raise DataError(f"{path}, line {line}: {kind} fields: expected {len(columns)} "
+                                    f"({', '.join(columns)}), found {len(row)}; "
+                                    f"fix the row (a missing or extra {'tab' if fmt == 'tsv' else 'comma'}?)")
+                yield line, row
+
+    return columns, rows()
+
+
+def _iter_jsonl(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]], str]:
+    """Keys of the first record, an iterator of (1-based line or item, record), and "line"/"item"."""
+    _check_file(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 ({exc}); re-save the file as UTF-8") from None
+    if not text.strip():
+        raise DataError(f"{path}: file is empty (only whitespace); it needs one JSON object per line")
+    records: list[tuple[int, Any]] = []
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}, line {exc.lineno}: invalid JSON array ({exc.msg})") from None
+        records = [(i, item) for i, item in enumerate(items, 1)]
+        unit = "item"
+    else:
+        unit = "line"
+        for line, raw in enumerate(text.splitlines(), 1):
+            if not raw.strip():
+                raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
+            try:
+                records.append((line, json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}, line {line}: invalid JSON ({exc.msg}); each line must be one JSON object") from None
+    for pos, rec in records:
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}, {unit} {pos}: expected a JSON object with column keys, found {type(rec).__name__}")
+    if not records:
+        raise DataError(f"{path}: no records; the file needs at least one JSON object")
+    return list(records[0][1]), iter(records), unit
+
+
+def _iter_records(path: Path, fmt: str, header: bool, positions: dict[str, int] | None,
+                  ) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
+    """(columns, iterator of (position, row), unit) where a row is a list (delimited) or dict (jsonl)."""
+    if fmt == "jsonl":
+        return _iter_jsonl(path)
+    columns, it = _iter_delimited(path, fmt, header, positions)
+    return columns, it, "line"
+
+
+def _getter(path: Path, columns: list[str], fmt: str, name: str):
+    """A function row -> value of column ``name`` (DataError if the file lacks it)."""
+    if fmt == "jsonl":
+        if name not in columns:
+            raise DataError(f"{path}: missing column {name!r}; columns found (keys of the first record): "
+                            f"{', '.join(columns)}; rename the column or fix the task's column names")
+        return lambda row: row[name] if name in row else _missing_key(name, row)
+    if name not in columns:
+        raise DataError(f"{path}: missing column {name!r}; columns found: {', '.join(columns)}; "
+                        f"rename the column or fix the task's column names")
+    index = columns.index(name)
+    return lambda row: row[index]
+
+
+class _MissingKey(Exception):
+    pass
+
+
+def _missing_key(name: str, row: dict) -> Any:
+    raise _MissingKey(f"missing key {name!r} (keys found: {', '.join(row)})")
+
+
+def read_column(path: str | os.PathLike, column: str, file_format: str,
+                also_required: tuple[str, ...] = ()) -> list[str]:
+    """Stripped string values of one column of a user file (used to infer label sets).
+
+    ``also_required`` columns must exist too (checked before reading rows).
+    """
+    path = Path(path)
+    columns, rows, unit = _iter_records(path, file_format, True, None)
+    for name in also_required:
+        _getter(path, columns, file_format, name)
+    get = _getter(path, columns, file_format, column)
+    values = []
+    for pos, row in rows:
+        try:
+            value = get(row)
+        except _MissingKey as exc:
+            raise DataError(f"{path}, {unit} {pos}: {exc}") from None
+        text = _label_text(value)
+        if not text:
+            raise DataError(f"{path}, {unit} {pos}: empty label in column {column!r}; every row needs a label")
+        values.append(text)
+    if not values:
+        raise DataError(f"{path}: no data rows")
+    return values
+
+
+def _label_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return "" if value is None else str(value).strip()
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        raise ValueError("text is null")
+    return value if isinstance(value, str) else str(value)
+
+
+# --------------------------------------------------------------------------- local
+
+
+class _LabelParser:
+    """Turns raw label values into int indices or checked floats."""
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+        self.index = {label: i for i, label in enumerate(spec.labels)}
+
+    def __call__(self, value: Any) -> int | float:
+        spec = self.spec
+        if not spec.is_regression:
+            text = _label_text(value)
+            if text not in self.index:
+                raise ValueError(f"label {text!r} in column {spec.label_column!r} is not one of the task's labels "
+                                 f"{list(spec.labels)}; fix the row or the task's label set")
+            return self.index[text]
+        if isinstance(value, bool):
+            raise ValueError(f"regression label {value!r} in column {spec.label_column!r} is not a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"regression label {value!r} in column {spec.label_column!r} is not a number; "
+                             f"write a decimal like 3.5") from None
+        if not math.isfinite(number):
+            raise ValueError(f"regression label {value!r} in column {spec.label_column!r} is not finite; "
+                             f"NaN/inf are not allowed")
+        if spec.label_range and not spec.label_range[0] <= number <= spec.label_range[1]:
+            low, high = spec.label_range
+            raise ValueError(f"regression label {number} in column {spec.label_column!r} is outside "
+                             f"the task's label_range [{low}, {high}]")
+        return number
+
+
+def _load_local(spec: TaskSpec, split: str, path: Path) -> datasets.Dataset:
+    header = spec.header_for(split)
+    columns, rows, unit = _iter_records(path, spec.file_format, header, spec.column_positions)
+    getters = [_getter(path, columns, spec.file_format, c) for c in spec.text_columns]
+    labelled = spec.label_column is not None
+    if labelled and is_test_split(split) and spec.label_column not in columns:
+        labelled = False  # unlabelled test file (GLUE test sets)
+    get_label = _getter(path, columns, spec.file_format, spec.label_column) if labelled else None
+    parse = _LabelParser(spec)
+    out: dict[str, list] = {"text_a": [], "text_b": [], "label": [], "idx": []}
+    for row_index, (pos, row) in enumerate(rows):
+        try:
+            texts = [_text(get(row)) for get in getters]
+            if get_label is not None:
+                out["label"].append(parse(get_label(row)))
+        except (ValueError, _MissingKey) as exc:
+            raise DataError(f"{path}, {unit} {pos} (data row {row_index + 1}): {exc}") from None
+        out["text_a"].append(texts[0])
+        out["text_b"].append(texts[1] if len(texts) > 1 else "")
+        out["idx"].append(row_index)
+    if not out["idx"]:
+        raise DataError(f"{path}: no data rows (only a header); add rows or remove the split from the task")
+    if not labelled:
+        del out["label"]
+    return datasets.Dataset.from_dict(out, features=features_for(spec, labelled))
+
+
+# --------------------------------------------------------------------------- hub
+
+
+def _load_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
+    if spec.hub is None:
+        raise DataError(f"task {spec.name!r} has no hub dataset; load it from local files")
+    where = f"hub dataset {spec.hub[0]}/{spec.hub[1]} split {split!r}"
+    raw = datasets.load_dataset(*spec.hub, split=split)
+    columns = list(spec.hub_columns or spec.text_columns)
+    needed = columns + ["label"]
+    missing = [c for c in needed if c not in raw.column_names and not (c == "label" and is_test_split(split))]
+    if missing:
+        raise DataError(f"{where}: missing column {missing[0]!r}; columns found: {', '.join(raw.column_names)}")
+    n = len(raw)
+    out: dict[str, list] = {
+        "text_a": list(raw[columns[0]]),
+        "text_b": list(raw[columns[1]]) if len(columns) > 1 else [""] * n,
+        "idx": list(raw["idx"]) if "idx" in raw.column_names else list(range(n)),
+    }
+    labelled = "label" in raw.column_names and not is_test_split(split)
+    if labelled:
+        names = spec.hub_labels or spec.labels
+        parse = _LabelParser(spec)
+        labels = []
+        for row, value in enumerate(raw["label"], 1):
+            try:
+                if spec.is_regression:
+                    labels.append(parse(value))
+                elif not 0 <= value < len(names):
+                    raise ValueError(f"label {value} is not a class index in 0..{len(names) - 1}")
+                else:
+                    labels.append(spec.labels.index(names[value]))
+            except ValueError as exc:
+                raise DataError(f"{where}, row {row}: {exc}") from None
+        out["label"] = labels
+    out = {k: out[k] for k in features_for(spec, labelled)}
+    return datasets.Dataset.from_dict(out, features=features_for(spec, labelled))
+
+
+# --------------------------------------------------------------------------- public
+
+
+def resolve_glue_dir(glue_dir: str | os.PathLike | None = None) -> Path | None:
+    """``glue_dir`` if given, else env ``GLUE_DIR``, else None."""
+    value = glue_dir if glue_dir is not None else os.environ.get("GLUE_DIR")
+    return Path(value) if value else None
+
+
+def load_split(spec: TaskSpec | str, split: str, glue_dir: str | os.PathLike | None = None,
+               source: str = "auto") -> datasets.Dataset:
+    """Load one split with the uniform schema (see module docstring).
+
+    ``source``: "local" reads the task's file; "hub" uses ``datasets.load_dataset(*spec.hub)``;
+    "auto" reads the local file when it exists (GLUE: under ``glue_dir`` or env GLUE_DIR),
+    else the hub.
+    """
+    spec = get_task(spec)
+    if source not in SOURCES:
+        raise UnknownNameError("source", source, SOURCES)
+    if split not in spec.splits:
+        raise UnknownNameError(f"split of task {spec.name!r}", split, spec.splits)
+    if source == "hub":
+        return _load_hub(spec, split)
+    base = resolve_glue_dir(glue_dir)
+    if source == "local":
+        if spec.data_dir is None and base is None:
+            raise ConfigError(f"task {spec.name!r}: source='local' needs glue_dir or env GLUE_DIR")
+        path = spec.split_path(split, base)
+        if not path.is_file():
+            raise DataError(f"{path}: missing file for split {split!r} of task {spec.name!r}; "
+                            f"check glue_dir / GLUE_DIR or the task's file paths")
+        return _load_local(spec, split, path)
+    path = spec.split_path(split, base) if (spec.data_dir is not None or base is not None) else None
+    if path is not None and path.is_file():
+        return _load_local(spec, split, path)
+    if spec.hub is None:
+        raise DataError(f"{path}: missing file for split {split!r} of task {spec.name!r}; check the task's file paths")
+    try:
+        return _load_hub(spec, split)
+    except DataError:
+        raise
+    except Exception as exc:
+        local = f"no local file {path}" if path is not None else "glue_dir / GLUE_DIR not set"
+        raise DataError(f"task {spec.name!r} split {split!r}: {local}, and loading {spec.hub[0]}/{spec.hub[1]} "
+                        f"from the hub failed ({type(exc).__name__}: {exc}); set GLUE_DIR to a GLUE folder") from exc
+
+
+def load_task(spec: TaskSpec | str, glue_dir: str | os.PathLike | None = None,
+              splits: list[str] | tuple[str, ...] | None = None, source: str = "auto") -> datasets.DatasetDict:
+    """Load several splits (default: all of ``spec.splits``) into a DatasetDict."""
+    spec = get_task(spec)
+    names = list(spec.splits) if splits is None else list(splits)
+    return datasets.DatasetDict({s: load_split(spec, s, glue_dir=glue_dir, source=source) for s in names})

@@ -1,0 +1,112 @@
+"""The math of a Projected Attention Layer, in plain torch (no adapters or transformers glue here).
+
+``TS(h) = act(V_D · inner(V_E · h))`` where ``inner`` is multi-head self-attention in the
+projected space without an output matrix (PALs) or the identity (low-rank layers).
+"""
+
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_ACTIVATIONS = {
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "identity": nn.Identity,
+}
+
+
+class Projections(NamedTuple):
+    """Weights of ``V_E`` (down: d -> d_s) and ``V_D`` (up: d_s -> d), as ``F.linear`` takes them."""
+
+    down_weight: torch.Tensor
+    down_bias: torch.Tensor
+    up_weight: torch.Tensor
+    up_bias: torch.Tensor
+
+
+def init_projections(hidden_size: int, projected_size: int, init_range: float) -> nn.ParameterDict:
+    """Fresh ``V_E``/``V_D`` parameters (normal weights, zero biases, as in the authors' code)."""
+    return nn.ParameterDict(
+        {
+            "down_weight": nn.Parameter(torch.randn(projected_size, hidden_size) * init_range),
+            "down_bias": nn.Parameter(torch.zeros(projected_size)),
+            "up_weight": nn.Parameter(torch.randn(hidden_size, projected_size) * init_range),
+            "up_bias": nn.Parameter(torch.zeros(hidden_size)),
+        }
+    )
+
+
+class ProjectedSelfAttention(nn.Module):
+    """Multi-head self-attention inside the projected space, with no output matrix."""
+
+    def __init__(self, size: int, num_heads: int, dropout: float):
+        super().__init__()
+        if size % num_heads:
+            raise ValueError(f"projected size {size} is not divisible by {num_heads} heads")
+        self.num_heads = num_heads
+        self.dropout = dropout
+        # One fused matrix for query, key and value: a single matmul instead of three.
+        self.qkv = nn.Linear(size, 3 * size)
+
+    def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        batch, length, size = x.shape
+        head_size = size // self.num_heads
+        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)
+        # attention_mask is additive and broadcastable to (batch, heads, length, length):
+        # (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding.
+        context = F.scaled_dot_product_attention(
+            qkv[0],
+            qkv[1],
+            qkv[2],
+            attn_mask=attention_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return context.transpose(1, 2).reshape(batch, length, size)
+
+
+class ProjectedAttentionLayer(nn.Module):
+    """One task's PAL in one layer: ``act(V_D · inner(V_E · h))``.
+
+    With ``own_projections=False`` the ``V_E``/``V_D`` weights live outside (shared across layers)
+    and are passed to ``forward``; this module then holds only the layer's small attention.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        projected_size: int,
+        *,
+        inner: str = "attention",
+        num_heads: int = 6,
+        attention_dropout: float = 0.1,
+        activation: str = "gelu",
+        own_projections: bool = False,
+        init_range: float = 0.02,
+    ):
+        super().__init__()
+        self.inner = (
+            ProjectedSelfAttention(projected_size, num_heads, attention_dropout) if inner == "attention" else None
+        )
+        self.projections = init_projections(hidden_size, projected_size, init_range) if own_projections else None
+        self.activation = _ACTIVATIONS[activation]()
+        if self.inner is not None:
+            nn.init.normal_(self.inner.qkv.weight, std=init_range)
+            nn.init.zeros_(self.inner.qkv.bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: Optional[torch.Tensor],
+        shared: Optional[Projections] = None,
+    ) -> torch.Tensor:
+        p = Projections(**self.projections) if self.projections is not None else shared
+        if p is None:
+            raise RuntimeError("this PAL shares V_E/V_D across layers: pass them as `shared`")
+        x = F.linear(hidden_states, p.down_weight, p.down_bias)
+        if self.inner is not None:
+            x = self.inner(x, attention_mask)
+        return self.activation(F.linear(x, p.up_weight, p.up_bias))

@@ -1,0 +1,139 @@
+"""Tests of the offline GLUE metrics (metrics.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn import metrics as skm
+
+from pals_adapters.metrics import compute_metrics, glue_average, task_score
+from pals_adapters.tasks import GLUE_TASKS, custom_task
+
+CLASSIFICATION = ["cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte", "wnli"]
+
+
+def reference_metrics(name: str, preds: np.ndarray, refs: np.ndarray) -> dict[str, float]:
+    """What sklearn / scipy say directly."""
+    table = {
+        "accuracy": lambda: skm.accuracy_score(refs, preds),
+        "f1": lambda: skm.f1_score(refs, preds),
+        "matthews": lambda: skm.matthews_corrcoef(refs, preds),
+        "pearson": lambda: stats.pearsonr(preds, refs)[0],
+        "spearman": lambda: stats.spearmanr(preds, refs)[0],
+    }
+    return {m: float(table[m]()) for m in GLUE_TASKS[name].metrics}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("name", CLASSIFICATION)
+@pytest.mark.parametrize("as_logits", [False, True], ids=["indices", "logits"])
+def test_classification_matches_sklearn(name, seed, as_logits):
+    rng = np.random.default_rng(seed)
+    k = GLUE_TASKS[name].num_labels
+    refs = rng.integers(0, k, size=97)
+    logits = rng.normal(size=(97, k))
+    preds = logits.argmax(axis=1)
+    got = compute_metrics(name, logits if as_logits else preds.tolist(), refs)
+    assert set(got) == set(GLUE_TASKS[name].metrics)
+    assert got == pytest.approx(reference_metrics(name, preds, refs), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shape", ["flat", "column"])
+def test_regression_matches_scipy(seed, shape):
+    rng = np.random.default_rng(seed)
+    refs = rng.uniform(0, 5, size=64)
+    preds = refs + rng.normal(scale=1.5, size=64)
+    got = compute_metrics("stsb", preds[:, None] if shape == "column" else preds, refs)
+    assert got == pytest.approx(reference_metrics("stsb", preds, refs), abs=1e-12)
+
+
+@pytest.mark.parametrize("name, preds, refs, expected", [
+    ("cola", [1, 1, 1, 1], [0, 1, 0, 1], {"matthews": 0.0}),
+    ("cola", [0, 0, 0], [0, 0, 0], {"matthews": 0.0}),
+    ("cola", [0, 1, 0, 1], [0, 1, 0, 1], {"matthews": 1.0}),
+    ("cola", [1, 0, 1, 0], [0, 1, 0, 1], {"matthews": -1.0}),
+    ("mrpc", [0, 0, 0, 0], [0, 1, 0, 1], {"accuracy": 0.5, "f1": 0.0}),
+    ("mrpc", [1, 1, 0, 0], [1, 0, 0, 0], {"accuracy": 0.75, "f1": 2 / 3}),
+    ("stsb", [2.0, 2.0, 2.0], [1.0, 2.0, 3.0], {"pearson": 0.0, "spearman": 0.0}),
+    ("stsb", [1.0, 2.0, 3.0], [4.0, 4.0, 4.0], {"pearson": 0.0, "spearman": 0.0}),
+    ("stsb", [1.0, 2.0, 3.0], [2.0, 4.0, 6.0], {"pearson": 1.0, "spearman": 1.0}),
+    ("stsb", [1.0, 2.0, 30.0], [3.0, 2.0, 1.0], {"pearson": -0.880812271884641, "spearman": -1.0}),
+])
+def test_edge_cases_without_warnings(name, preds, refs, expected):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = compute_metrics(name, preds, refs)
+    assert got == pytest.approx(expected, abs=1e-9)
+    assert all(isinstance(v, float) for v in got.values())
+
+
+def test_f1_uses_label_index_one():
+    spec = custom_task("pn", train="unused.csv", labels=["neg", "pos"], metrics=["f1"])
+    assert compute_metrics(spec, [1, 1, 1, 0], [1, 1, 0, 0]) == {"f1": pytest.approx(0.8)}
+
+
+def test_accepts_torch_tensors():
+    torch = pytest.importorskip("torch")
+    logits = torch.tensor([[0.1, 0.9], [2.0, -1.0]])
+    assert compute_metrics("sst2", logits, torch.tensor([1, 0])) == {"accuracy": 1.0}
+
+
+@pytest.mark.parametrize("name, preds, refs, fragment", [
+    ("sst2", [0, 1, 1], [0, 1], "3 rows but references have 2"),
+    ("sst2", np.zeros((3, 2)), [0, 1], "3 rows but references have 2"),
+    ("stsb", [0.5, 1.0], [0.5, 1.0, 2.0], "2 rows but references have 3"),
+    ("mnli", np.zeros((2, 2)), [0, 1], "2 columns but the task has 3 labels"),
+    ("sst2", np.zeros((2, 2, 2)), [0, 1], "shape"),
+    ("sst2", [0.5, 1.0], [0, 1], "integer class indices"),
+    ("sst2", [0, 2], [0, 1], "0..1"),
+    ("sst2", [0, 1], [-1, -1], "unlabelled"),
+    ("sst2", [0, 1], [[0], [1]], "1-D"),
+    ("sst2", [], [], "empty"),
+    ("stsb", [0.5, float("nan")], [0.5, 1.0], "finite"),
+    ("stsb", np.zeros((2, 2)), [0.5, 1.0], "(n, 1)"),
+])
+def test_bad_shapes_raise_value_error(name, preds, refs, fragment):
+    with pytest.raises(ValueError) as info:
+        compute_metrics(name, preds, refs)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("name, values, expected", [
+    ("cola", {"matthews": 0.5}, 0.5),
+    ("mrpc", {"accuracy": 0.8, "f1": 0.9, "extra": 0.0}, 0.85),
+    ("stsb", {"pearson": 0.8, "spearman": 0.7}, 0.75),
+    ("mnli", {"accuracy": 0.6}, 0.6),
+])
+def test_task_score(name, values, expected):
+    assert task_score(name, values) == pytest.approx(expected)
+
+
+def test_task_score_missing_metric():
+    with pytest.raises(ValueError, match="f1"):
+        task_score("mrpc", {"accuracy": 0.8})
+
+
+@pytest.mark.parametrize("scores, expected", [
+    ({"cola": 0.5, "sst2": 0.9}, 0.7),
+    ({"rte": 0.6}, 0.6),
+    ([0.1, 0.2, 0.3], 0.2),
+])
+def test_glue_average(scores, expected):
+    assert glue_average(scores) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("scores", [{}, {"cola": float("nan")}])
+def test_glue_average_rejects(scores):
+    with pytest.raises(ValueError):
+        glue_average(scores)
+
+
+def test_end_to_end_score():
+    refs = [0, 1, 1, 0]
+    metrics = compute_metrics("mrpc", np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [3.0, 1.0]]), refs)
+    assert metrics == pytest.approx({"accuracy": 0.75, "f1": 2 / 3})
+    assert glue_average({"mrpc": task_score("mrpc", metrics)}) == pytest.approx((0.75 + 2 / 3) / 2)
