@@ -30,3 +30,7 @@ class UnsupportedModelError(PalsError, ValueError):
 
 class AdapterLoadError(PalsError, ValueError):
     """Adapter weights do not match the model they are loaded into; nothing was loaded."""
+
+
+class IntegrityError(AdapterLoadError):
+    """An exported file is missing, corrupted, truncated, unsafe or belongs to another task (the message names it)."""

@@ -1,0 +1,61 @@
+"""Dev-set evaluation of a multi-task model: predictions, the official metrics, a GLUE-style average."""
+
+from typing import Dict
+
+import datasets
+import numpy as np
+import torch
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from .batches import rows_to_features
+from .metrics import compute_metrics, glue_average, task_score
+
+
+@torch.no_grad()
+def predict(
+    model, task: str, dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64
+) -> np.ndarray:
+    """Logits of ``task`` for every row of a tokenised dataset, in row order."""
+    collate = DataCollatorWithPadding(tokenizer)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    outputs = []
+    for start in range(0, len(dataset), batch_size):
+        rows = rows_to_features(dataset, range(start, min(start + batch_size, len(dataset))))
+        batch = collate(rows)
+        batch.pop("labels", None)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        outputs.append(model(task=task, **batch)["logits"].float().cpu().numpy())
+    model.train(was_training)
+    return np.concatenate(outputs) if outputs else np.zeros((0, model.tasks[task].num_labels))
+
+
+def split_suffix(split: str) -> str:
+    """``validation`` -> ``""``; ``validation_matched`` -> ``"matched_"`` (for metric names)."""
+    rest = split[len("validation") :].lstrip("_")
+    return f"{rest}_" if rest else ""
+
+
+def evaluate_tasks(
+    model,
+    eval_sets: Dict[str, Dict[str, datasets.Dataset]],
+    tokenizer: PreTrainedTokenizerBase,
+    batch_size: int = 64,
+) -> Dict[str, float]:
+    """Flat metrics: ``<task>_[<split>_]<metric>``, ``<task>_score`` and ``average`` (fractions)."""
+    results: Dict[str, float] = {}
+    scores = {}
+    for task, splits in eval_sets.items():
+        spec = model.tasks[task]
+        split_scores = []
+        for split, dataset in splits.items():
+            logits = predict(model, task, dataset, tokenizer, batch_size)
+            metrics = compute_metrics(spec, logits, np.asarray(dataset["label"]))
+            for name, value in metrics.items():
+                results[f"{task}_{split_suffix(split)}{name}"] = value
+            split_scores.append(task_score(spec, metrics))
+        scores[task] = float(np.mean(split_scores))
+        results[f"{task}_score"] = scores[task]
+    results["average"] = glue_average(scores)
+    return results

@@ -1,0 +1,222 @@
+"""One entry point for a multi-task run: `RunConfig` -> `run()` -> per-task results and exports.
+
+Defaults follow the paper (BERT-base, the 8 GLUE tasks, annealed sampling, AdamW lr 2e-5 with
+10% warm-up then linear decay, batch 32, length 128, 60k steps, base fine-tuned with PALs).
+A single task is the same run with one task: "separate models per task" is a baseline run.
+"""
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+from transformers import AutoTokenizer, TrainingArguments, set_seed
+
+from .batches import MultiTaskBatches, tokenize, unwrap_single_item
+from .data import load_split
+from .errors import ConfigError
+from .methods import check_base_mode, get_method
+from .multitask import build_model
+from .sampling import make_sampler
+from .tasks import TaskSpec, get_task, load_task_specs
+from .trainer import MultiTaskTrainer
+
+PAPER_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+
+
+@dataclass
+class RunConfig:
+    """Every setting of a run; the CLI maps one option to each field."""
+
+    model: str = "bert-base-uncased"
+    tasks: List[str] = field(default_factory=lambda: list(PAPER_TASKS))
+    task_file: Optional[str] = None  # YAML/JSON with user tasks (their names may then be listed in tasks)
+    glue_dir: Optional[str] = None
+    data_source: str = "auto"  # "local", "hub" or "auto"
+    method: str = "pals"
+    base: str = "finetune"  # or "frozen"
+    sampler: str = "annealed"
+    steps_per_epoch: int = 2400
+    alpha: Optional[float] = None  # for sampler "temperature"
+    max_steps: int = 60000
+    batch_size: int = 32
+    max_length: int = 128
+    lr: float = 2e-5
+    adapter_lr: Optional[float] = None  # task-specific parameters; default: lr
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    max_train_examples: Optional[int] = None  # per task, for quick runs
+    max_eval_examples: Optional[int] = None
+    eval_steps: Optional[int] = None  # evaluate (and checkpoint) every N steps; default: at the end
+    save_steps: Optional[int] = None
+    select_best: bool = False  # keep the checkpoint with the best average dev score
+    logging_steps: int = 50
+    eval_batch_size: int = 64
+    output_dir: str = "runs/pals"
+    resume: Optional[str] = None  # "last" or a checkpoint folder
+    precision: str = "fp32"  # "fp16" / "bf16" on a GPU
+    export: bool = True
+
+    def validate(self) -> None:
+        check_base_mode(get_method(self.method), self.base)
+        positive = ["max_steps", "batch_size", "max_length", "steps_per_epoch", "logging_steps", "eval_batch_size"]
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be > 0")
+        if not self.tasks:
+            raise ConfigError("tasks: give at least one task")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ConfigError(f"tasks {self.tasks}: a task is listed twice")
+        if self.select_best and not self.eval_steps:
+            raise ConfigError("select_best needs eval_steps (checkpoints to choose from)")
+        if self.precision not in ("fp32", "fp16", "bf16"):
+            raise ConfigError(f"precision={self.precision!r}: choose fp32, fp16 or bf16")
+
+
+def resolve_tasks(config: RunConfig) -> Dict[str, TaskSpec]:
+    """GLUE names, or user tasks from ``task_file``, in the order given."""
+    user = {spec.name: spec for spec in load_task_specs(config.task_file)} if config.task_file else {}
+    return {name: user[name] if name in user else get_task(name) for name in config.tasks}
+
+
+def load_data(config: RunConfig, specs: Dict[str, TaskSpec], tokenizer):
+    """Tokenised training sets and dev sets per task (capped if asked)."""
+    train, dev = {}, {}
+    for name, spec in specs.items():
+        data = load_split(spec, "train", glue_dir=config.glue_dir, source=config.data_source)
+        if config.max_train_examples:
+            data = data.shuffle(seed=config.seed).select(range(min(config.max_train_examples, len(data))))
+        train[name] = tokenize(data, spec, tokenizer, config.max_length)
+        dev[name] = {}
+        for split in (s for s in spec.splits if s.startswith("validation")):
+            data = load_split(spec, split, glue_dir=config.glue_dir, source=config.data_source)
+            if config.max_eval_examples:
+                data = data.select(range(min(config.max_eval_examples, len(data))))
+            dev[name][split] = tokenize(data, spec, tokenizer, config.max_length)
+    return train, dev
+
+
+def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskTrainer:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if config.sampler == "mt_uncertainty" and world_size > 1:
+        raise ConfigError("sampler mt_uncertainty runs in one process (it scores every task per step)")
+    sampler = make_sampler(
+        config.sampler,
+        {name: len(data) for name, data in train.items()},
+        seed=config.seed,
+        total_steps=config.max_steps,
+        steps_per_epoch=config.steps_per_epoch,
+        alpha=config.alpha,
+    )
+    batches = MultiTaskBatches(
+        train, sampler, tokenizer, config.batch_size, config.max_steps,
+        world_size=world_size, seed=config.seed, all_tasks=config.sampler == "mt_uncertainty",
+    )
+    evaluate_during = config.eval_steps is not None
+    args = TrainingArguments(
+        output_dir=config.output_dir,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=1,  # one item = one whole batch of one task
+        per_device_eval_batch_size=config.eval_batch_size,
+        learning_rate=config.lr,
+        weight_decay=config.weight_decay,
+        warmup_ratio=config.warmup_ratio,
+        lr_scheduler_type="linear",
+        logging_steps=config.logging_steps,
+        eval_strategy="steps" if evaluate_during else "no",
+        eval_steps=config.eval_steps,
+        save_strategy="steps" if (evaluate_during or config.save_steps) else "no",
+        save_steps=config.save_steps or config.eval_steps,
+        save_safetensors=True,
+        load_best_model_at_end=config.select_best,
+        metric_for_best_model="eval_average" if config.select_best else None,
+        greater_is_better=True,
+        seed=config.seed,
+        data_seed=config.seed,
+        fp16=config.precision == "fp16",
+        bf16=config.precision == "bf16",
+        report_to=[],
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        # Each step trains one task: the other tasks' parameters get no gradient.
+        ddp_find_unused_parameters=True,
+        disable_tqdm=False,
+    )
+    return MultiTaskTrainer(
+        model=model,
+        args=args,
+        train_dataset=batches,
+        # Trainer insists on an eval_dataset for periodic evaluation; ours reads eval_sets instead.
+        eval_dataset=list(dev) if evaluate_during else None,
+        data_collator=unwrap_single_item,
+        processing_class=tokenizer,
+        eval_sets=dev,
+        adapter_lr=config.adapter_lr,
+        example_batch_size=config.batch_size,
+    )
+
+
+def run(config: RunConfig) -> dict:
+    """Trains, evaluates on the dev sets, exports every task; returns and writes ``results.json``."""
+    config.validate()
+    set_seed(config.seed)
+    specs = resolve_tasks(config)
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    train, dev = load_data(config, specs, tokenizer)
+    model = build_model(config.model, specs, get_method(config.method), config.base)
+    trainer = build_trainer(config, model, tokenizer, train, dev)
+    resume = config.resume
+    if resume == "last":
+        resume = True
+    trainer.train(resume_from_checkpoint=resume)
+    metrics = trainer.evaluate()
+    results = {
+        "config": asdict(config),
+        "metrics": {k[len("eval_") :]: v for k, v in metrics.items() if k.startswith("eval_")},
+        "train_sizes": {name: len(data) for name, data in train.items()},
+        "parameters": parameter_summary(model),
+        "log_history": trainer.state.log_history,
+    }
+    out = Path(config.output_dir)
+    if trainer.is_world_process_zero():
+        if config.export:
+            from .export import export_run
+
+            per_task = {t: {k[len(t) + 1 :]: v for k, v in results["metrics"].items() if k.startswith(f"{t}_")}
+                        for t in specs}
+            exported = export_run(model, out / "export", base_model_name=config.model,
+                                  metrics_by_task=per_task, tokenizer=tokenizer)
+            results["exports"] = {task: str(path) for task, path in exported.items()}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
+def parameter_summary(model) -> dict:
+    per_task = {task: sum(p.numel() for _, p in model.task_parameters(task)) for task in model.tasks}
+    shared = sum(p.numel() for _, p in model.shared_parameters())
+    trainable = sum(p.numel() for p in model.trainable_parameters())
+    return {"shared": shared, "per_task": per_task, "trainable": trainable}
+
+
+def results_table(results: dict) -> str:
+    """A Markdown table of per-task dev scores (percent) and the average."""
+    metrics = results["metrics"]
+    tasks = list(results["train_sizes"])
+    header = "| task | " + " | ".join(["metrics", "score"]) + " |\n|---|---|---|\n"
+    rows = []
+    for task in tasks:
+        detail = ", ".join(
+            f"{k[len(task) + 1:]} {100 * v:.1f}" for k, v in metrics.items()
+            if k.startswith(f"{task}_") and not k.endswith("_score")
+        )
+        rows.append(f"| {task} | {detail} | {100 * metrics[f'{task}_score']:.1f} |")
+    rows.append(f"| **average** | | **{100 * metrics['average']:.1f}** |")
+    return header + "\n".join(rows)
+
+
+def device_summary() -> str:
+    return f"cuda:{torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,128 @@
+"""`MultiTaskTrainer`: transformers' `Trainer` with one task per batch, per-task dev metrics and
+CA-MTL's MT-Uncertainty steps. Checkpoints, resume, logging, mixed precision and `torchrun` /
+`accelerate launch` come from `Trainer` itself."""
+
+import os
+from collections import Counter
+from typing import Dict, Optional
+
+import datasets
+import safetensors.torch
+import torch
+from torch.utils.data import SequentialSampler
+from transformers import Trainer
+from transformers.trainer import TRAINING_ARGS_NAME
+
+from .evaluation import evaluate_tasks
+from .multitask import task_loss
+from .sampling import select_uncertain
+
+
+class MultiTaskTrainer(Trainer):
+    def __init__(
+        self,
+        *args,
+        eval_sets: Optional[Dict[str, Dict[str, datasets.Dataset]]] = None,
+        adapter_lr: Optional[float] = None,
+        example_batch_size: int = 32,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        self.eval_sets = eval_sets or {}
+        self.adapter_lr = adapter_lr
+        # Trainer sees one item per step (a whole batch); this is the number of examples in it.
+        self.example_batch_size = example_batch_size
+        self._task_mix = Counter()
+
+    # The batches are already ordered by step and rank: never shuffle them.
+    def _get_train_sampler(self, train_dataset=None):
+        return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def create_optimizer(self):
+        """AdamW over every task's parameters (and the base when fine-tuned); task-specific
+        parameters may get their own learning rate, as the authors' code gives PALs a larger one."""
+        if self.optimizer is None:
+            model = self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator") else self.model
+            task_ids = {id(p) for task in model.tasks for _, p in model.task_parameters(task)}
+            params = model.trainable_parameters()
+            task_params = [p for p in params if id(p) in task_ids]
+            base_params = [p for p in params if id(p) not in task_ids]
+            groups = [{"params": base_params}] if base_params else []
+            groups.append({"params": task_params, "lr": self.adapter_lr or self.args.learning_rate})
+            self.optimizer = torch.optim.AdamW(
+                groups,
+                lr=self.args.learning_rate,
+                betas=(self.args.adam_beta1, self.args.adam_beta2),
+                eps=self.args.adam_epsilon,
+                weight_decay=self.args.weight_decay,
+            )
+        return self.optimizer
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "candidates" in inputs:
+            loss = self._uncertainty_loss(model, inputs["candidates"])
+            return (loss, None) if return_outputs else loss
+        inputs = dict(inputs)
+        task = inputs.pop("task")
+        self._task_mix[task] += 1
+        outputs = model(task=task, **inputs)
+        return (outputs["loss"], outputs) if return_outputs else outputs["loss"]
+
+    def _uncertainty_loss(self, model, candidates: Dict[str, dict]) -> torch.Tensor:
+        """MT-Uncertainty: score one candidate batch per task, train on the top-b examples."""
+        names = list(candidates)
+        base = self.accelerator.unwrap_model(model)
+        with torch.no_grad():
+            scores_input = []
+            for name in names:
+                batch = {k: v for k, v in candidates[name].items() if k != "labels"}
+                logits = model(task=name, **batch)["logits"]
+                spec = base.tasks[name]
+                scores_input.append(logits.squeeze(-1) if spec.is_regression else logits)
+        chosen = select_uncertain(
+            scores_input,
+            [base.tasks[n].num_labels for n in names],
+            top_b=self.example_batch_size,
+            is_regression=[base.tasks[n].is_regression for n in names],
+        )
+        total = torch.zeros((), device=self.args.device)
+        for t, name in enumerate(names):
+            rows = [i for task_index, i in chosen if task_index == t]
+            if not rows:
+                continue
+            index = torch.tensor(rows, device=candidates[name]["input_ids"].device)
+            batch = {k: v[index] for k, v in candidates[name].items()}
+            labels = batch.pop("labels")
+            logits = model(task=name, **batch)["logits"]
+            total = total + task_loss(base.tasks[name], logits, labels) * len(rows)
+            self._task_mix[name] += len(rows) / len(chosen)
+        return total / len(chosen)
+
+    def _save(self, output_dir: Optional[str] = None, state_dict=None):
+        # adapters ties a prompt-tuning copy of the word embeddings to the real ones; safetensors'
+        # save_model stores shared tensors once (save_file refuses them), and Trainer's resume
+        # path reloads such a file.
+        output_dir = output_dir or self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        model = self.accelerator.unwrap_model(self.model)
+        safetensors.torch.save_model(model, os.path.join(output_dir, "model.safetensors"))
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+
+    def log(self, logs: Dict[str, float], start_time: Optional[float] = None) -> None:
+        # Show the task mix of the steps since the last training log line.
+        if "loss" in logs and self._task_mix:
+            total = sum(self._task_mix.values())
+            logs.update({f"mix_{task}": round(n / total, 3) for task, n in sorted(self._task_mix.items())})
+            self._task_mix.clear()
+        super().log(logs, start_time) if start_time is not None else super().log(logs)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> Dict[str, float]:
+        """Per-task dev metrics and their average (``eval_average``, usable to pick the best checkpoint)."""
+        model = self.accelerator.unwrap_model(self.model)
+        results = evaluate_tasks(model, self.eval_sets, self.processing_class, self.args.per_device_eval_batch_size)
+        metrics = {f"{metric_key_prefix}_{k}": v for k, v in results.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
