@@ -33,8 +33,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         option = "--" + f.name.replace("_", "-")
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         kind = hints[f.name]
-        inner = [a for a in typing.get_args(kind) if a is not type(None)]
-        base_type = inner[0] if inner else kind
+        if typing.get_origin(kind) is typing.Union:  # Optional[X] -> X
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        base_type = kind
         help_text = f"default: {default}"
         if base_type is bool:
             parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
@@ -90,9 +91,13 @@ def cmd_train(args) -> None:
 
 def _task_dirs(path: Path) -> List[Path]:
     """An export folder of one task, or a run's export folder holding several."""
-    if (path / "manifest.json").is_file():
+    def is_task(folder: Path) -> bool:
+        manifest = folder / "manifest.json"
+        return manifest.is_file() and json.loads(manifest.read_text()).get("contents") == "task"
+
+    if is_task(path):
         return [path]
-    dirs = sorted(p for p in path.iterdir() if (p / "manifest.json").is_file())
+    dirs = sorted(p for p in path.iterdir() if is_task(p)) if path.is_dir() else []
     if not dirs:
         raise PalsError(f"{path}: no manifest.json here or in its sub-folders; point to a task export folder")
     return dirs
@@ -105,10 +110,10 @@ def _load_export(task_dir: Path, args):
 
     model = load_task(task_dir, base=args.base_model)
     manifest = json.loads((task_dir / "manifest.json").read_text())
-    tokenizer_source = args.base_model or manifest.get("base_model")
-    base_dir = manifest.get("base_dir")
-    if args.base_model is None and base_dir and (task_dir / base_dir / "tokenizer_config.json").is_file():
-        tokenizer_source = str(task_dir / base_dir)
+    tokenizer_source = args.base_model or manifest.get("base_model_name")
+    base_path = manifest.get("base_path")
+    if args.base_model is None and base_path and (task_dir / base_path / "tokenizer_config.json").is_file():
+        tokenizer_source = str(task_dir / base_path)
     return model, AutoTokenizer.from_pretrained(tokenizer_source), manifest
 
 

