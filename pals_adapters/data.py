@@ -12,7 +12,7 @@ Schema of every loaded split:
 
 Local GLUE TSVs are read with ``csv.QUOTE_NONE`` (quotes are text); user CSVs use
 normal CSV quoting. Files are decoded as UTF-8 with an optional byte-order mark.
-Bad input raises :class:`DataError` naming the file, the 1-based line and the fix;
+Bad input raises `DataError` naming the file, the 1-based line and the fix;
 no row is ever skipped.
 """
 

@@ -16,7 +16,7 @@ from transformers import AutoModel, PreTrainedModel
 
 from .errors import ConfigError
 from .methods import Method, check_base_mode
-from .modeling import ProjectedAttentionLayer
+from .modeling import ProjectedSelfAttention
 from .tasks import TaskSpec
 
 
@@ -28,22 +28,31 @@ def additive_mask(attention_mask: Optional[torch.Tensor], dtype: torch.dtype) ->
 
 
 class TopProjectedAttention(nn.Module):
-    """The paper's "projected attention on top": PAL blocks stacked above the encoder, each
-    ``h = LayerNorm(h + PAL(h))``, all with their own ``V_E``/``V_D``."""
+    """The paper's "projected attention on top" (Table 3): project the encoder output down once
+    (``V_E``), run ``num_layers`` attention blocks in the small space (with an output matrix here,
+    unlike PALs inside BERT, and a LayerNorm each), project back up (``V_D``) and add the result
+    to the encoder output. 1.10x BERT-base for 8 tasks at ``d_s = 204``, as in the paper."""
 
     def __init__(self, hidden_size: int, projected_size: int, num_heads: int = 6, num_layers: int = 6):
         super().__init__()
-        self.blocks = nn.ModuleList(
-            ProjectedAttentionLayer(hidden_size, projected_size, num_heads=num_heads, own_projections=True)
-            for _ in range(num_layers)
+        self.down = nn.Linear(hidden_size, projected_size)
+        self.attention = nn.ModuleList(
+            ProjectedSelfAttention(projected_size, num_heads, dropout=0.1) for _ in range(num_layers)
         )
-        self.norms = nn.ModuleList(nn.LayerNorm(hidden_size, eps=1e-12) for _ in range(num_layers))
+        self.output = nn.ModuleList(nn.Linear(projected_size, projected_size) for _ in range(num_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(projected_size, eps=1e-12) for _ in range(num_layers))
+        self.up = nn.Linear(projected_size, hidden_size)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
         mask = additive_mask(attention_mask, hidden_states.dtype)
-        for block, norm in zip(self.blocks, self.norms):
-            hidden_states = norm(hidden_states + block(hidden_states, mask))
-        return hidden_states
+        x = self.down(hidden_states)
+        for attention, output, norm in zip(self.attention, self.output, self.norms):
+            x = norm(x + output(attention(x, mask)))
+        return hidden_states + self.up(x)
 
 
 class TopTransformerLayer(nn.Module):

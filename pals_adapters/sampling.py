@@ -1,24 +1,18 @@
 """Task sampling for multi-task training.
 
-A multi-task run trains one task per batch; a :class:`TaskSampler` picks the
+A multi-task run trains one task per batch; a `TaskSampler` picks the
 task for each optimiser step. The strategies follow "BERT and PALs"
 (Stickland & Murray, 2019) and CA-MTL (Pilault et al., 2021):
 
-``round_robin``
-    Tasks in turn: task ``step % n``.
-``proportional``
-    ``p_i ∝ N_i`` (``N_i`` = training-set size of task ``i``).
-``sqrt``
-    ``p_i ∝ N_i ** 0.5``.
-``temperature``
-    ``p_i ∝ N_i ** alpha`` for a given ``alpha >= 0`` (``alpha=0`` is uniform).
-``annealed``
-    ``p_i ∝ N_i ** alpha_e`` with ``alpha_e = 1 - 0.8 * (e - 1) / (E - 1)``,
-    where ``e = 1..E`` is the current epoch (``steps_per_epoch`` steps each)
-    and ``E = ceil(total_steps / steps_per_epoch)``; see :func:`annealing_alpha`.
-``mt_uncertainty``
-    Every step draws a candidate batch from *every* task and keeps the most
-    uncertain examples (:func:`select_uncertain`), so no single task is chosen.
+- ``round_robin``: tasks in turn, task ``step % n``.
+- ``proportional``: ``p_i ∝ N_i`` (``N_i`` = training-set size of task ``i``).
+- ``sqrt``: ``p_i ∝ N_i ** 0.5``.
+- ``temperature``: ``p_i ∝ N_i ** alpha`` for a given ``alpha >= 0`` (``alpha=0`` is uniform).
+- ``annealed``: ``p_i ∝ N_i ** alpha_e`` with ``alpha_e = 1 - 0.8 * (e - 1) / (E - 1)``,
+  where ``e = 1..E`` is the current epoch (``steps_per_epoch`` steps each)
+  and ``E = ceil(total_steps / steps_per_epoch)``; see `annealing_alpha`.
+- ``mt_uncertainty``: every step draws a candidate batch from *every* task and keeps the most
+  uncertain examples (`select_uncertain`), so no single task is chosen.
 
 Determinism: the task at step ``s`` is a pure function of ``(seed, s)``
 (a fresh ``np.random.default_rng([seed, s])`` per step). There is no hidden
@@ -27,8 +21,8 @@ and every rank of a distributed run that uses the same seed agrees without
 communication. ``state_dict`` only records the configuration so a checkpoint
 can check that it is resumed with the same sampler.
 
-Invalid arguments raise :class:`~pals_adapters.errors.ConfigError` (unknown
-strategy names :class:`~pals_adapters.errors.UnknownNameError`); both are
+Invalid arguments raise `ConfigError` (unknown
+strategy names `UnknownNameError`); both are
 ``ValueError`` subclasses.
 """
 
@@ -112,7 +106,7 @@ def annealing_alpha(step: int, total_steps: int, steps_per_epoch: int) -> float:
 
 
 class TaskSampler:
-    """Chooses the task trained at each step; build one with :func:`make_sampler`.
+    """Chooses the task trained at each step; build one with `make_sampler`.
 
     Task indices follow the insertion order of ``task_sizes``. All methods are
     pure functions of the configuration and the step, so the same sampler gives
@@ -300,7 +294,7 @@ def make_sampler(
     steps_per_epoch: int = 2400,
     alpha: float | None = None,
 ) -> TaskSampler:
-    """Build a :class:`TaskSampler` for one of :data:`STRATEGIES`.
+    """Build a `TaskSampler` for one of `STRATEGIES`.
 
     ``alpha`` is required for (and only accepted by) ``"temperature"``;
     ``total_steps`` is required for ``"annealed"``.
@@ -458,7 +452,7 @@ def schedule(
 
 
 def format_schedule(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Render :func:`schedule` rows as a fixed-width text table (header, rule, one line per row)."""
+    """Render `schedule` rows as a fixed-width text table (header, rule, one line per row)."""
     if not rows:
         return ""
     columns: list[str] = []
