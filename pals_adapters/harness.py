@@ -7,6 +7,7 @@ A single task is the same run with one task: "separate models per task" is a bas
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -165,6 +166,9 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         remove_unused_columns=False,
         # Each step trains one task: the other tasks' parameters get no gradient.
         ddp_find_unused_parameters=True,
+        # Without it, accelerate sees no device to distribute over on a CPU-only machine: under torchrun
+        # every rank would then train on its own (DistributedType.NO) instead of using gloo DDP.
+        use_cpu=world_size > 1 and not torch.cuda.is_available(),
         disable_tqdm=False,
     )
     return MultiTaskTrainer(
@@ -193,7 +197,7 @@ def run(config: RunConfig) -> dict:
     trainer = build_trainer(config, model, tokenizer, train, dev)
     resume = config.resume
     if resume == "last":
-        resume = True
+        resume = last_complete_checkpoint(config.output_dir)
     trainer.train(resume_from_checkpoint=resume)
     metrics = trainer.evaluate()
     results = {
@@ -216,6 +220,30 @@ def run(config: RunConfig) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     return results
+
+
+# What a checkpoint needs to resume; the Trainer writes trainer_state.json last.
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json")
+
+
+def last_complete_checkpoint(output_dir: str) -> str:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` holding every file of `CHECKPOINT_FILES`
+    (a crash while saving leaves an incomplete one, which is skipped)."""
+    root = Path(output_dir)
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+            if match and path.is_dir():
+                found.append((int(match.group(1)), path))
+    for _, path in sorted(found, reverse=True):
+        if all((path / name).is_file() for name in CHECKPOINT_FILES):
+            return str(path)
+    incomplete = f" ({len(found)} incomplete ones skipped)" if found else ""
+    raise ConfigError(
+        f"resume='last': no complete checkpoint-N folder in {root}{incomplete}; a complete one holds "
+        f"{', '.join(CHECKPOINT_FILES)}. Set save_steps to write checkpoints, or drop resume to start afresh"
+    )
 
 
 def parameter_summary(model) -> dict:

@@ -9,10 +9,14 @@ idempotent patches, each wrapping (never replacing) the library's own code:
    per-adapter ``V_E``/``V_D`` shared across layers;
 3. loading a PAL adapter is strict: a missing, unexpected or mis-shaped weight is an error and
    the half-loaded adapter is removed (`adapters` itself only logs such keys);
-4. ``save_adapter`` / ``load_adapter`` default to safetensors, as transformers and PEFT do.
+4. ``save_adapter`` / ``load_adapter`` default to safetensors, as transformers and PEFT do;
+   ``save_adapter`` creates missing parent folders (as ``save_pretrained`` does), and
+   ``load_adapter`` refuses pickle weight files unless called with ``allow_pickle=True``.
 """
 
+import contextvars
 import functools
+import os
 from typing import List
 
 from adapters import ADAPTER_CONFIG_MAP, AdapterConfig
@@ -20,7 +24,7 @@ from adapters.loading import AdapterLoader
 from adapters.model_mixin import ModelAdaptersMixin, ModelWithHeadsAdaptersMixin
 
 from .config import PALS_PRESETS, PALsConfig
-from .errors import AdapterLoadError, UnsupportedModelError
+from .errors import AdapterLoadError, IntegrityError, UnsupportedModelError
 from .layer import PALsLayer
 from .modeling import init_projections
 
@@ -197,5 +201,44 @@ def _preview(keys, limit=4):
 # --- 4. safetensors by default ---
 
 
+# Set while a load_adapter call that opted in runs (ModelWithHeads' load_adapter calls the wrapped base one).
+_PICKLE_ALLOWED = contextvars.ContextVar("pals_adapters_pickle_allowed", default=False)
+# (safetensors, pickle) names of the weight files `load_adapter` reads from a folder: adapter, head.
+_LOADED_WEIGHTS = (("adapter.safetensors", "pytorch_adapter.bin"), ("model_head.safetensors", "pytorch_model_head.bin"))
+
+
 def _default_to_safetensors(original, model, *args, use_safetensors=True, **kwargs):
-    return original(model, *args, use_safetensors=use_safetensors, **kwargs)
+    """``save_adapter`` / ``save_all_adapters`` / ``load_adapter`` with ``use_safetensors=True`` by default.
+
+    ``load_adapter(..., allow_pickle=False)``: a local adapter folder whose weights would be read
+    from a pickle file (``pytorch_adapter.bin`` / ``pytorch_model_head.bin`` without a safetensors
+    twin, or any of them with ``use_safetensors=False``) is refused with `IntegrityError` naming the
+    file, before anything is loaded; pass ``allow_pickle=True`` for a folder you trust.
+    """
+    if original.__name__ != "load_adapter":
+        target = args[0] if args else kwargs.get("save_directory")
+        if isinstance(target, (str, os.PathLike)):
+            os.makedirs(target, exist_ok=True)  # adapters itself creates only the last folder
+        return original(model, *args, use_safetensors=use_safetensors, **kwargs)
+    allow_pickle = bool(kwargs.pop("allow_pickle", False)) or _PICKLE_ALLOWED.get()
+    if not allow_pickle:
+        source = args[0] if args else kwargs.get("adapter_name_or_path")
+        _refuse_pickle_weights(source, use_safetensors)
+    token = _PICKLE_ALLOWED.set(allow_pickle)
+    try:
+        return original(model, *args, use_safetensors=use_safetensors, **kwargs)
+    finally:
+        _PICKLE_ALLOWED.reset(token)
+
+
+def _refuse_pickle_weights(source, use_safetensors: bool) -> None:
+    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
+        return  # hub names and URLs are resolved by `adapters` itself
+    for safe_name, pickle_name in _LOADED_WEIGHTS:
+        pickled = os.path.join(source, pickle_name)
+        if os.path.isfile(pickled) and (not use_safetensors or not os.path.isfile(os.path.join(source, safe_name))):
+            raise IntegrityError(
+                f"{pickled}: pickle weight file refused (loading it can run arbitrary code); save the adapter "
+                "with safetensors (save_adapter's default), or pass allow_pickle=True to load_adapter if you "
+                "trust its source"
+            )

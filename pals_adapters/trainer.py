@@ -2,7 +2,9 @@
 CA-MTL's MT-Uncertainty steps. Checkpoints, resume, logging, mixed precision and `torchrun` /
 `accelerate launch` come from `Trainer` itself."""
 
+import contextlib
 import os
+import tempfile
 from collections import Counter
 from typing import Dict, Optional
 
@@ -105,7 +107,17 @@ class MultiTaskTrainer(Trainer):
         output_dir = output_dir or self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
         model = self.accelerator.unwrap_model(self.model)
-        safetensors.torch.save_model(model, os.path.join(output_dir, "model.safetensors"))
+        # Atomic: a crash mid-write leaves no truncated model.safetensors that looks whole.
+        target = os.path.join(output_dir, "model.safetensors")
+        fd, tmp = tempfile.mkstemp(prefix=".model.safetensors.", suffix=".tmp", dir=output_dir)
+        os.close(fd)
+        try:
+            safetensors.torch.save_model(model, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)

