@@ -191,3 +191,19 @@ def test_config_file_settings_are_defaults_that_options_override(tmp_path):
     path.write_text("metod: houlsby\n")
     with pytest.raises(Exception, match="unknown settings"):
         _config_file_defaults(["train", "--config", str(path)])
+
+
+def test_parameter_counts_of_harness_methods_agree_with_the_libraries():
+    from peft import LoraConfig
+    from transformers import BertConfig
+
+    from pals_adapters import count_parameters
+
+    cfg = BertConfig()
+    assert count_parameters("houlsby", cfg).per_task == count_parameters({"architecture": None, "mh_adapter": True,
+        "output_adapter": True, "reduction_factor": 16, "non_linearity": "swish", "original_ln_before": False,
+        "original_ln_after": True, "residual_before_ln": True}, cfg).per_task
+    assert count_parameters("peft-lora", cfg).per_task == count_parameters(
+        LoraConfig(r=8, target_modules=["query", "value"]), cfg).per_task == 12 * 2 * (768 * 8 + 8 * 768)
+    d, s = 768, 204  # the paper's "projected attention on top": V_E, V_D, six blocks with Q, K, V, O, LN
+    assert count_parameters("top-pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
