@@ -15,12 +15,10 @@ import argparse
 import sys
 
 import adapters  # noqa: F401
-import torch
 from peft import LoraConfig as PeftLoraConfig
-from transformers.models.bert.modeling_bert import BertLayer
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
-from pals_adapters import PALsConfig, ParameterCount, count_parameters
+from pals_adapters import PALsConfig, count_parameters
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from _common import MODELS, command_line, machine_info, markdown_table, model_config, write_results  # noqa: E402
@@ -45,29 +43,6 @@ PAPER = {
     "top_proj_attn": 1.10,
 }
 CHECK_RANGE = (1.12, 1.14)  # PALs(204) on BERT-base must land here
-
-
-# --- "on top" variants: the paper adds task-specific layers above the encoder -------------------
-
-
-def top_bert_layer_params(config):
-    """One whole extra BERT layer per task, on top of the encoder."""
-    with torch.device("meta"):
-        layer = BertLayer(config)
-    return sum(p.numel() for p in layer.parameters())
-
-
-def top_projected_attention_params(config, projected_size, num_layers=6):
-    """Per task: V_E (d -> d_s), V_D (d_s -> d), and ``num_layers`` attention blocks in d_s dims.
-
-    Each block is query/key/value *and* output matrix (the paper's Table 1 counts 4·d_s² for these
-    "on top" layers, against 3·d_s² for PALs, which drop the output matrix), all with bias, plus a
-    LayerNorm after each block (the paper found layer-norm and residuals after each one crucial).
-    """
-    d, ds = config.hidden_size, projected_size
-    projections = (d * ds + ds) + (ds * d + d)
-    block = 4 * (ds * ds + ds) + 2 * ds
-    return projections + num_layers * block
 
 
 # --- count every method on every model ----------------------------------------------------------
@@ -149,19 +124,13 @@ for model_name in [m.strip() for m in args.models.split(",") if m.strip()]:
         "PEFT LoraConfig(r=8, target_modules=[query, value])",
     )
 
-    top_layer = top_bert_layer_params(config)
-    add(
-        "top_bert_layer",
-        ParameterCount("top_bert_layer", base, base, top_layer, head, args.n_tasks),
-        "one whole extra BERT layer per task on top of the encoder",
-    )
+    # The harness's own "on top" modules (pals_adapters.multitask), counted like every other row.
+    add("top_bert_layer", count("top-layer"), "one whole extra BERT layer per task on top of the encoder")
     top_ds = PALsConfig().projected_size(d)
     add(
         "top_proj_attn",
-        ParameterCount(
-            "top_proj_attn", base, base, top_projected_attention_params(config, top_ds), head, args.n_tasks
-        ),
-        f"6 projected attention layers on top (d_s={top_ds}, Q/K/V/O + LayerNorm each, shared V_E/V_D)",
+        count("top-pals"),
+        f"6 projected attention layers on top (d_s={top_ds}, Q/K/V/O + LayerNorm each; one V_E/V_D pair around them)",
     )
 
     if is_bert_base:

@@ -63,10 +63,10 @@ def count_parameters(
     head = model_config.hidden_size * num_labels + num_labels
     name = method if isinstance(method, str) else type(method).__name__
 
-    if method == "full":
+    if isinstance(method, str) and method == "full":
         # Separate models: every task owns a whole copy, nothing is shared.
         return ParameterCount("full", base, 0, base, head, n_tasks)
-    if method == "shared":
+    if isinstance(method, str) and method == "shared":
         return ParameterCount("shared", base, base, 0, head, n_tasks)
 
     harness_method = _harness_method(method)

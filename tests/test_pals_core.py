@@ -535,3 +535,11 @@ def test_save_adapter_creates_missing_parent_folders(tmp_path):
     model.add_adapter("t", config="pals")
     model.save_adapter(str(tmp_path / "a" / "b" / "t"), "t")
     assert (tmp_path / "a" / "b" / "t" / "adapter.safetensors").is_file()
+
+
+def test_count_parameters_takes_config_objects():
+    from adapters import LoRAConfig
+
+    cfg = BertConfig()
+    assert pals_adapters.count_parameters(LoRAConfig(r=8), cfg).per_task == pals_adapters.count_parameters("lora", cfg).per_task
+    assert pals_adapters.count_parameters(PALsConfig(), cfg).per_task == pals_adapters.count_parameters("pals", cfg).per_task
