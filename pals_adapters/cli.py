@@ -1,6 +1,7 @@
 """``pals-bench``: train, evaluate, export and predict with the multi-task harness.
 
     pals-bench train --model bert-base-uncased --tasks cola sst2 mrpc --method pals --base finetune
+    pals-bench export runs/pals --checkpoint runs/pals/checkpoint-2000
     pals-bench evaluate runs/pals/export/rte --glue-dir ../shared/glue
     pals-bench predict runs/pals/export --glue-dir ../shared/glue --out predictions/
     pals-bench schedule --tasks cola sst2 mrpc stsb rte --sampler annealed --steps 20000 --plot schedule.png
@@ -179,6 +180,13 @@ def cmd_predict(args) -> None:
             print(f"{path}: {len(values)} predictions")
 
 
+def cmd_export(args) -> None:
+    from .harness import export_checkpoint
+
+    for name, path in export_checkpoint(args.run, args.checkpoint, args.out).items():
+        print(f"{name}: {path}")
+
+
 def cmd_schedule(args) -> None:
     from .data import load_split
     from .sampling import format_schedule, make_sampler, plot_schedule, schedule
@@ -225,6 +233,12 @@ def build_parser(run_defaults: Optional[dict] = None) -> argparse.ArgumentParser
         if name == "predict":
             p.add_argument("--out", required=True, help="folder for the prediction files")
         p.set_defaults(func=func)
+
+    export = sub.add_parser("export", help="per-task exports of a run's checkpoint (train exports at the end)")
+    export.add_argument("run", help="the output_dir of a `pals-bench train` run")
+    export.add_argument("--checkpoint", default=None, help="a checkpoint-N folder (default: the newest complete one)")
+    export.add_argument("--out", default=None, help="default: <run>/export")
+    export.set_defaults(func=cmd_export)
 
     sched = sub.add_parser("schedule", help="print (and plot) a sampler's task probabilities over training")
     sched.add_argument("--tasks", nargs="+", required=True)

@@ -195,6 +195,10 @@ def run(config: RunConfig) -> dict:
     train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
     model = build_model(model_path, specs, get_method(config.method), config.base)
     trainer = build_trainer(config, model, tokenizer, train, dev)
+    if trainer.is_world_process_zero():
+        # Written first, so that the checkpoints of an interrupted run can still be exported.
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(config.output_dir) / RUN_CONFIG).write_text(json.dumps(asdict(config), indent=2))
     resume = config.resume
     if resume == "last":
         resume = last_complete_checkpoint(config.output_dir)
@@ -224,6 +228,38 @@ def run(config: RunConfig) -> dict:
 
 # What a checkpoint needs to resume; the Trainer writes trainer_state.json last.
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json")
+
+
+RUN_CONFIG = "run_config.json"
+
+
+def export_checkpoint(run_dir: str, checkpoint: Optional[str] = None, out: Optional[str] = None) -> dict:
+    """Per-task exports of a run's checkpoint (default: its newest complete one), e.g. of a run
+    that was interrupted, or to re-export the best checkpoint. Returns {task or "base": folder}."""
+    import safetensors.torch
+
+    from .export import export_run
+
+    config_path = Path(run_dir) / RUN_CONFIG
+    if not config_path.is_file():
+        raise ConfigError(f"{config_path}: missing; point to the output_dir of a `pals-bench train` run")
+    config = RunConfig(**json.loads(config_path.read_text()))
+    checkpoint = checkpoint or last_complete_checkpoint(run_dir)
+    weights = Path(checkpoint) / "model.safetensors"
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: missing; give a checkpoint-N folder of the run")
+    model_path = resolve_model(config.model)
+    model = build_model(model_path, resolve_tasks(config), get_method(config.method), config.base)
+    missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
+    # save_model stores tensors shared with another name once: only those may be absent.
+    shared = {n for n in missing if n.startswith("encoder.prompt_tuning.")}
+    if set(missing) - shared or unexpected:
+        raise ConfigError(f"{weights} does not match the run's model: missing {sorted(set(missing) - shared)[:4]}, "
+                          f"unexpected {sorted(unexpected)[:4]}")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    exported = export_run(model, Path(out or Path(run_dir) / "export"), base_model_name=config.model,
+                          tokenizer=tokenizer)
+    return {name: str(path) for name, path in exported.items()}
 
 
 def last_complete_checkpoint(output_dir: str) -> str:

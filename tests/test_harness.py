@@ -207,3 +207,33 @@ def test_parameter_counts_of_harness_methods_agree_with_the_libraries():
         LoraConfig(r=8, target_modules=["query", "value"]), cfg).per_task == 12 * 2 * (768 * 8 + 8 * 768)
     d, s = 768, 204  # the paper's "projected attention on top": V_E, V_D, six blocks with Q, K, V, O, LN
     assert count_parameters("top-pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
+
+
+@needs_glue
+def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
+    """A user's own CSV task trains next to a GLUE task; `pals-bench export` re-exports a checkpoint."""
+    from pals_adapters.cli import main
+    from pals_adapters.export import load_task
+
+    rows = "\n".join(f'"review {i}, {"good" if i % 2 else "bad"} film",{"pos" if i % 2 else "neg"}' for i in range(40))
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.csv").write_text("text,sentiment\n" + rows + "\n")
+    (tmp_path / "tasks.yaml").write_text(
+        "name: reviews\ntrain: train.csv\nvalidation: dev.csv\ntext_columns: [text]\nlabel_column: sentiment\n"
+    )
+    out = tmp_path / "run"
+    argv = [
+        "train", "--model", str(tiny_model_dir), "--tasks", "reviews", "rte", "--task-file", str(tmp_path / "tasks.yaml"),
+        "--glue-dir", str(GLUE), "--method", "pals", "--base", "frozen", "--max-steps", "4", "--save-steps", "4",
+        "--batch-size", "4", "--max-train-examples", "16", "--max-eval-examples", "8", "--output-dir", str(out),
+    ]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert "reviews_accuracy" in results["metrics"]
+    assert main(["export", str(out), "--out", str(tmp_path / "again")]) == 0
+    ids = torch.randint(1000, 2000, (3, 7))
+    for task in ("reviews", "rte"):
+        first = load_task(out / "export" / task, base=str(tiny_model_dir))
+        second = load_task(tmp_path / "again" / task, base=str(tiny_model_dir))
+        with torch.no_grad():
+            assert torch.equal(first(task, ids)["logits"], second(task, ids)["logits"])
