@@ -29,9 +29,12 @@ def quality_vs_params(report: dict, path: Path) -> None:
         ax.errorbar(row["multiplier"], avg["mean"], yerr=avg["stderr"] or 0, fmt=markers[table], capsize=3,
                     label=labels[table] if table not in seen else None, color=f"C{list(markers).index(table)}")
         seen.add(table)
-        ax.annotate(row["name"], (row["multiplier"], avg["mean"]), textcoords="offset points", xytext=(5, 3),
-                    fontsize=7)
+        if table != "sampling":  # the sampler rows share one x: the legend names them as a group
+            ax.annotate(row["name"], (row["multiplier"], avg["mean"]), textcoords="offset points", xytext=(6, -3),
+                        fontsize=7)
     ax.set_xscale("log")
+    ax.set_xticks([1, 1.1, 1.25, 1.5, 2, 3, 5], ["1", "1.1", "1.25", "1.5", "2", "3", "5"])
+    ax.minorticks_off()
     ax.set_xlabel("parameters of the multi-task system / base model (log scale)")
     ax.set_ylabel("average dev score (%)")
     settings = report["settings"]
