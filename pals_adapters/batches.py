@@ -105,11 +105,6 @@ class MultiTaskBatches(Dataset):
                 self._permutations.popitem(last=False)
         return self._permutations[key]
 
-    def task_counts(self, start: int = 0, stop: Optional[int] = None) -> Dict[str, int]:
-        """How many steps in ``[start, stop)`` train each task."""
-        counts = np.bincount(self.schedule[start:stop], minlength=len(self.task_names))
-        return dict(zip(self.task_names, counts.tolist()))
-
 
 def unwrap_single_item(items: List[dict]) -> dict:
     """DataLoader collate for `MultiTaskBatches` (batch_size=1: each item already is a batch)."""

@@ -303,7 +303,3 @@ def results_table(results: dict) -> str:
         rows.append(f"| {task} | {detail} | {100 * metrics[f'{task}_score']:.1f} |")
     rows.append(f"| **average** | | **{100 * metrics['average']:.1f}** |")
     return header + "\n".join(rows)
-
-
-def device_summary() -> str:
-    return f"cuda:{torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "cpu"
