@@ -119,13 +119,9 @@ def _load_export(task_dir: Path, args):
 
 
 def _task_spec(name: str, task_file: Optional[str]):
-    from .tasks import get_task, load_task_specs
+    from .harness import resolve_task_names
 
-    if task_file:
-        for spec in load_task_specs(task_file):
-            if spec.name == name:
-                return spec
-    return get_task(name)
+    return resolve_task_names([name], task_file)[name]
 
 
 def cmd_evaluate(args) -> None:

@@ -295,7 +295,7 @@ def export_base(
     backbone = _backbone(model)
     state = base_state_dict(model)
     plain = _plain_class(backbone).from_pretrained(
-        None, config=_clean_config(backbone), state_dict=state, dtype=getattr(torch, _dtype_name(state))
+        None, config=_clean_config(backbone), state_dict=state, dtype=_dtype_of(state)
     )
     target = Path(out_dir) / BASE_DIR
     with _atomic_dir(target) as tmp:

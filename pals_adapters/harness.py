@@ -91,10 +91,15 @@ def resolve_model(name: str) -> str:
     return name
 
 
+def resolve_task_names(names: List[str], task_file: Optional[str] = None) -> Dict[str, TaskSpec]:
+    """GLUE names, or user tasks from ``task_file`` (YAML/JSON), in the order given."""
+    user = {spec.name: spec for spec in load_task_specs(task_file)} if task_file else {}
+    return {name: user[name] if name in user else get_task(name) for name in names}
+
+
 def resolve_tasks(config: RunConfig) -> Dict[str, TaskSpec]:
-    """GLUE names, or user tasks from ``task_file``, in the order given."""
-    user = {spec.name: spec for spec in load_task_specs(config.task_file)} if config.task_file else {}
-    return {name: user[name] if name in user else get_task(name) for name in config.tasks}
+    """The run's tasks (see `resolve_task_names`)."""
+    return resolve_task_names(config.tasks, config.task_file)
 
 
 def load_train_sets(config: RunConfig, specs: Dict[str, TaskSpec], tokenizer) -> Dict[str, "datasets.Dataset"]:

@@ -128,7 +128,9 @@ class MultiTaskModel(nn.Module):
     def _set_trainable(self) -> None:
         for param in self.parameters():
             param.requires_grad = False
-        for param in self.trainable_parameters():
+        # Kept for `activated`, which restores the flags on every PEFT step (hot path: no name matching).
+        self._trainable = self.trainable_parameters()
+        for param in self._trainable:
             param.requires_grad = True
 
     # --- forward ---
@@ -146,7 +148,8 @@ class MultiTaskModel(nn.Module):
                 self.encoder.set_adapter(task)
                 # set_adapter also freezes the other tasks' LoRA weights; keep every task trainable
                 # so that a mixed-task step (MT-Uncertainty) still reaches all of them.
-                self._set_trainable()
+                for param in self._trainable:
+                    param.requires_grad = True
             yield
 
     def forward(
