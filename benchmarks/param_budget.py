@@ -18,7 +18,8 @@ import adapters  # noqa: F401
 from peft import LoraConfig as PeftLoraConfig
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
-from pals_adapters import PALsConfig, count_parameters
+from pals_adapters import PALsConfig
+from pals_adapters.harness import count_method_parameters as count_parameters
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from _common import MODELS, command_line, machine_info, markdown_table, model_config, write_results  # noqa: E402
@@ -124,12 +125,12 @@ for model_name in [m.strip() for m in args.models.split(",") if m.strip()]:
         "PEFT LoraConfig(r=8, target_modules=[query, value])",
     )
 
-    # The harness's own "on top" modules (pals_adapters.multitask), counted like every other row.
-    add("top_bert_layer", count("top-layer"), "one whole extra BERT layer per task on top of the encoder")
+    # The harness's own "on top" modules (pals_adapters.harness.model), counted like every other row.
+    add("top_bert_layer", count("top_layer"), "one whole extra BERT layer per task on top of the encoder")
     top_ds = PALsConfig().projected_size(d)
     add(
         "top_proj_attn",
-        count("top-pals"),
+        count("top_pals"),
         f"6 projected attention layers on top (d_s={top_ds}, Q/K/V/O + LayerNorm each; one V_E/V_D pair around them)",
     )
 

@@ -45,7 +45,7 @@ ROWS = [
     ("PALs, frozen base", "frozen", "pals", "frozen", "annealed", False),
     ("Houlsby, frozen base", "frozen", "houlsby", "frozen", "annealed", False),
     ("LoRA (adapters), frozen base", "frozen", "lora", "frozen", "annealed", False),
-    ("LoRA (PEFT), frozen base", "frozen", "peft-lora", "frozen", "annealed", False),
+    ("LoRA (PEFT), frozen base", "frozen", "peft_lora", "frozen", "annealed", False),
     ("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
     ("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
     ("PALs + square root", "sampling", "pals", "finetune", "sqrt", False),

@@ -48,11 +48,10 @@ def count_parameters(
 ) -> ParameterCount:
     """Per-task and total parameters of ``method`` on ``model_config``, computed without weights.
 
-    ``method`` is a harness method name (``"pals"``, ``"houlsby"``, ``"peft-lora[r=16]"``,
-    ``"top-pals"``, ... see `pals_adapters.methods`), anything else ``model.add_adapter``
-    accepts (``"double_seq_bn"``, a config object or dict), a ``peft`` config, or one of
-    ``"full"`` (every task fine-tunes its own copy of the model) and ``"shared"`` (only the
-    heads are per task).
+    ``method`` is anything ``model.add_adapter`` accepts (``"pals"``, ``"double_seq_bn"``, a config
+    object or dict), a ``peft`` config, or one of ``"full"`` (every task fine-tunes its own copy of
+    the model) and ``"shared"`` (only the heads are per task). The harness's method names
+    (``"peft_lora"``, ``"top_pals"`` ...) are counted by `pals_adapters.harness.count_method_parameters`.
     """
     if isinstance(model_config, str):
         model_config = AutoConfig.from_pretrained(model_config)
@@ -68,16 +67,9 @@ def count_parameters(
         return ParameterCount("full", base, 0, base, head, n_tasks)
     if isinstance(method, str) and method == "shared":
         return ParameterCount("shared", base, base, 0, head, n_tasks)
+    if _is_peft_config(method):
+        from peft import get_peft_model  # peft is optional for the plugin; a PEFT config means it is there
 
-    harness_method = _harness_method(method)
-    if harness_method is not None:
-        return ParameterCount(name, base, base, _harness_task_parameters(harness_method, model_config), head, n_tasks)
-
-    try:
-        from peft import PeftConfig, get_peft_model
-    except ImportError:  # pragma: no cover - peft is a dependency
-        PeftConfig = ()
-    if isinstance(method, PeftConfig):
         # peft adapts the model in place; count what it added.
         peft_model = get_peft_model(base_model, method)
         return ParameterCount(name, base, base, _numel(peft_model) - base, head, n_tasks)
@@ -87,20 +79,6 @@ def count_parameters(
     return ParameterCount(name, base, base, _numel(base_model) - base, head, n_tasks)
 
 
-def _harness_method(method):
-    from .methods import METHODS, get_method
-
-    if isinstance(method, str) and method.split("[")[0].strip() in METHODS:
-        return get_method(method)
-    return None
-
-
-def _harness_task_parameters(method, model_config: PretrainedConfig) -> int:
-    """The task-specific weights (head excluded) that the harness adds for one task."""
-    from .multitask import MultiTaskModel
-    from .tasks import GLUE_TASKS
-
-    base_mode = "frozen" if method.allows_frozen_base else "finetune"
-    with torch.device("meta"):
-        model = MultiTaskModel(AutoModel.from_config(model_config), {"task": GLUE_TASKS["rte"]}, method, base_mode)
-    return sum(p.numel() for n, p in model.task_parameters("task") if not n.startswith("heads."))
+def _is_peft_config(method) -> bool:
+    # By class name along the MRO, so that the plugin never imports peft itself.
+    return any(cls.__module__.startswith("peft.") and cls.__name__ == "PeftConfig" for cls in type(method).__mro__)

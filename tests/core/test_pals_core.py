@@ -15,7 +15,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel, G
 import pals_adapters
 from pals_adapters import AdapterLoadError, ConfigError, PALsConfig, UnsupportedModelError
 
-from conftest import batch, tiny_bert_config, tiny_roberta_config
+from helpers import batch, tiny_bert_config, tiny_roberta_config
 
 PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top", "pals_bottom"]
 

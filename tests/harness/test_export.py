@@ -8,13 +8,13 @@ from pathlib import Path
 import adapters
 import pytest
 import torch
-from conftest import batch, tiny_bert_config
+from helpers import batch, tiny_bert_config
 from safetensors.torch import load_file
 from transformers import BertModel
 
 from pals_adapters.errors import AdapterLoadError, IntegrityError
-from pals_adapters.export import (
-    MANIFEST,
+from pals_adapters.harness.export.manifest import MANIFEST
+from pals_adapters.harness.export import (
     base_state_dict,
     export_base,
     export_run,
@@ -23,12 +23,12 @@ from pals_adapters.export import (
     fingerprint_model,
     load_task,
 )
-from pals_adapters.methods import BASE_MODES, get_method
-from pals_adapters.multitask import MultiTaskModel
-from pals_adapters.tasks import GLUE_TASKS
+from pals_adapters.harness.methods import BASE_MODES, get_method
+from pals_adapters.harness.model import MultiTaskModel
+from pals_adapters.harness.tasks import GLUE_TASKS
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
-METHODS = ["pals", "houlsby", "lora", "peft-lora", "shared", "top-pals"]
+METHODS = ["pals", "houlsby", "lora", "peft_lora", "shared", "top_pals"]
 CASES = [(m, b) for m in METHODS for b in BASE_MODES if b == "finetune" or get_method(m).allows_frozen_base]
 BASE_NAME = "tiny-bert"
 
@@ -169,7 +169,7 @@ def test_re_export_replaces_the_folder_in_place(exported, tmp_path):
 
 
 def test_a_failed_export_keeps_the_old_folder_and_leaves_no_temp(exported, tmp_path, monkeypatch):
-    import pals_adapters.export as export
+    from pals_adapters.harness.export import write
 
     base, model, out = copy_export(exported, tmp_path)
     before = (out / "rte" / MANIFEST).read_bytes()
@@ -177,7 +177,7 @@ def test_a_failed_export_keeps_the_old_folder_and_leaves_no_temp(exported, tmp_p
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(export, "_write_json", crash)
+    monkeypatch.setattr(write, "write_manifest", crash)
     with pytest.raises(OSError, match="disk full"):
         export_task(model, "rte", out, base_model_name=BASE_NAME)
     assert {p.name for p in out.iterdir()} == {"rte", "stsb"}
@@ -203,7 +203,7 @@ def test_base_by_name_or_path(exported, tmp_path):
 
 
 def test_export_base_writes_a_plain_model_and_tokenizer_files(exported, tmp_path):
-    _, model, _ = exported("peft-lora", "finetune")
+    _, model, _ = exported("peft_lora", "finetune")
 
     class Tokenizer:  # stands in for a transformers tokenizer: only save_pretrained is used
         def save_pretrained(self, folder):
@@ -248,7 +248,7 @@ def test_auto_adapter_model_loads_exported_base_and_adapter(exported):
 def test_peft_loads_the_export(exported):
     from peft import PeftModel
 
-    base, model, out = exported("peft-lora", "frozen")
+    base, model, out = exported("peft_lora", "frozen")
     peft_model = PeftModel.from_pretrained(copy.deepcopy(base), out / "rte", adapter_name="rte").eval()
     peft_model.load_adapter(out / "stsb", adapter_name="stsb")
     for task in TASKS:
@@ -283,7 +283,7 @@ def test_a_flipped_byte_in_the_exported_base_names_the_file(exported, tmp_path):
         load_task(out / "stsb")
 
 
-@pytest.mark.parametrize("method", ["pals", "top-pals"])
+@pytest.mark.parametrize("method", ["pals", "top_pals"])
 def test_a_truncated_file_is_an_error(exported, tmp_path, method):
     base, _, out = copy_export(exported, tmp_path, method)
     weights = "adapter.safetensors" if method == "pals" else "top.safetensors"
@@ -293,7 +293,7 @@ def test_a_truncated_file_is_an_error(exported, tmp_path, method):
         load_task(out / "stsb", base=base)
 
 
-@pytest.mark.parametrize("method", ["pals", "peft-lora", "shared"])
+@pytest.mark.parametrize("method", ["pals", "peft_lora", "shared"])
 def test_files_of_another_task_are_refused(exported, tmp_path, method):
     base, _, out = copy_export(exported, tmp_path, method)
     for path in (out / "stsb").iterdir():
@@ -316,7 +316,7 @@ def test_a_base_that_differs_by_one_value_is_refused(exported):
 
 
 def test_a_fine_tuned_task_refuses_the_pretrained_base(exported):
-    base, model, out = exported("top-pals", "finetune")
+    base, model, out = exported("top_pals", "finetune")
     with pytest.raises(AdapterLoadError, match="fine-tuned base"):
         load_task(out / "rte", base=base)
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, glue_dir
+from helpers import REPO, glue_dir
 
 DOCS = REPO / "docs"
 EXAMPLE_PAGES = ["index.md", "pals.md", "quickstart.md", "adapters-api.md", "data-and-sampling.md"]

@@ -16,7 +16,7 @@ from transformers import Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from .evaluation import evaluate_tasks
-from .multitask import task_loss
+from .model import task_loss
 from .sampling import select_uncertain
 
 
@@ -128,6 +128,9 @@ class MultiTaskTrainer(Trainer):
             self.processing_class.save_pretrained(output_dir)
 
     def log(self, logs: Dict[str, float], start_time: Optional[float] = None) -> None:
+        # One item is one batch: Trainer's "samples" are steps. Report examples.
+        if "train_samples_per_second" in logs:
+            logs["train_examples_per_second"] = round(logs.pop("train_samples_per_second") * self.example_batch_size, 3)
         # Show the task mix of the steps since the last training log line.
         if "loss" in logs and self._task_mix:
             total = sum(self._task_mix.values())

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, UnknownNameError
+from ..errors import ConfigError, UnknownNameError
+from .readers import read_column
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews")
 REGRESSION_METRICS = ("pearson", "spearman")
@@ -57,6 +58,22 @@ class TaskSpec:
     def is_pair(self) -> bool:
         """True when the task has two text columns (``text_b`` is meaningful)."""
         return len(self.text_columns) == 2
+
+    @property
+    def dev_splits(self) -> list[str]:
+        """The splits scored during and after training (MNLI has two)."""
+        return [s for s in self.splits if s.startswith("validation")]
+
+    @property
+    def test_splits(self) -> list[str]:
+        """The splits predicted for submission (may be unlabelled)."""
+        return [s for s in self.splits if s.startswith("test")]
+
+    def submission_name(self, split: str) -> str:
+        """File stem of the split's prediction file: GLUE's own names for GLUE tasks, else task-split."""
+        return GLUE_SUBMISSION_NAMES.get((self.name, split), f"{self.name}-{split}") if self.glue_folder else (
+            f"{self.name}-{split}"
+        )
 
     def header_for(self, split: str) -> bool:
         """Whether the file of ``split`` starts with a header line."""
@@ -228,6 +245,14 @@ GLUE_TASKS: dict[str, TaskSpec] = {
 }
 
 
+# The file names the GLUE server expects in a submission.
+GLUE_SUBMISSION_NAMES = {
+    ("cola", "test"): "CoLA", ("sst2", "test"): "SST-2", ("mrpc", "test"): "MRPC", ("stsb", "test"): "STS-B",
+    ("qqp", "test"): "QQP", ("mnli", "test_matched"): "MNLI-m", ("mnli", "test_mismatched"): "MNLI-mm",
+    ("qnli", "test"): "QNLI", ("rte", "test"): "RTE", ("wnli", "test"): "WNLI",
+}
+
+
 def _normalise(name: str) -> str:
     return name.strip().lower().replace("-", "").replace("_", "")
 
@@ -287,7 +312,6 @@ def custom_task(name: str, *, train: str | os.PathLike | None = None,
 def _infer_labels(name: str, train: str | None, text_columns: Any, label_column: str, fmt: str) -> tuple[str, ...]:
     if train is None:
         raise ConfigError(f"task {name!r}: labels are required when there is no train file to infer them from")
-    from .data import read_column  # local import: data imports this module
 
     text_columns = (text_columns,) if isinstance(text_columns, str) else tuple(text_columns)
     values = sorted(set(read_column(train, label_column, fmt, also_required=text_columns)))

@@ -8,13 +8,13 @@ import torch
 from transformers import AutoTokenizer, BertModel
 
 from pals_adapters import ConfigError, UnknownNameError
-from pals_adapters.batches import MultiTaskBatches
-from pals_adapters.methods import METHODS, get_method
-from pals_adapters.multitask import MultiTaskModel
-from pals_adapters.sampling import make_sampler
-from pals_adapters.tasks import GLUE_TASKS
+from pals_adapters.harness.batches import MultiTaskBatches
+from pals_adapters.harness.methods import METHODS, get_method
+from pals_adapters.harness.model import MultiTaskModel
+from pals_adapters.harness.sampling import make_sampler
+from pals_adapters.harness.tasks import GLUE_TASKS
 
-from conftest import batch, glue_dir, tiny_bert_config
+from helpers import batch, glue_dir, tiny_bert_config
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
 
@@ -121,9 +121,9 @@ needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set G
 @needs_glue
 @pytest.mark.parametrize("method, base, sampler", [("pals", "finetune", "annealed"), ("houlsby", "frozen", "mt_uncertainty")])
 def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, base, sampler):
-    from pals_adapters.cli import main
-    from pals_adapters.evaluation import evaluate_tasks
-    from pals_adapters.export import load_task
+    from pals_adapters.harness.cli import main
+    from pals_adapters.harness.evaluation import evaluate_tasks
+    from pals_adapters.harness.export import load_task
 
     out = tmp_path / "run"
     argv = [
@@ -143,7 +143,7 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
     assert any("mix_rte" in row or "mix_stsb" in row for row in results["log_history"])
 
     # Each exported task reproduces the scores measured at the end of training.
-    from pals_adapters.harness import RunConfig, load_dev_sets, resolve_tasks
+    from pals_adapters.harness.runner import RunConfig, load_dev_sets, resolve_tasks
 
     config = RunConfig(model=str(tiny_model_dir), tasks=["rte", "stsb"], glue_dir=str(GLUE), max_eval_examples=24)
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
@@ -172,7 +172,7 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
     ],
 )
 def test_contradictory_or_bad_cli_options_exit_with_a_message(argv, message, capsys):
-    from pals_adapters.cli import main
+    from pals_adapters.harness.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -181,7 +181,7 @@ def test_contradictory_or_bad_cli_options_exit_with_a_message(argv, message, cap
 
 
 def test_config_file_settings_are_defaults_that_options_override(tmp_path):
-    from pals_adapters.cli import _config_file_defaults, _run_config, build_parser
+    from pals_adapters.harness.cli import _config_file_defaults, _run_config, build_parser
 
     path = tmp_path / "run.yaml"
     path.write_text("method: houlsby\nmax_steps: 7\ntasks: [rte, cola]\n")
@@ -197,23 +197,23 @@ def test_parameter_counts_of_harness_methods_agree_with_the_libraries():
     from peft import LoraConfig
     from transformers import BertConfig
 
-    from pals_adapters import count_parameters
+    from pals_adapters.harness import count_method_parameters as count_parameters
 
     cfg = BertConfig()
     assert count_parameters("houlsby", cfg).per_task == count_parameters({"architecture": None, "mh_adapter": True,
         "output_adapter": True, "reduction_factor": 16, "non_linearity": "swish", "original_ln_before": False,
         "original_ln_after": True, "residual_before_ln": True}, cfg).per_task
-    assert count_parameters("peft-lora", cfg).per_task == count_parameters(
+    assert count_parameters("peft_lora", cfg).per_task == count_parameters(
         LoraConfig(r=8, target_modules=["query", "value"]), cfg).per_task == 12 * 2 * (768 * 8 + 8 * 768)
     d, s = 768, 204  # the paper's "projected attention on top": V_E, V_D, six blocks with Q, K, V, O, LN
-    assert count_parameters("top-pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
+    assert count_parameters("top_pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
 
 
 @needs_glue
 def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
     """A user's own CSV task trains next to a GLUE task; `pals-bench export` re-exports a checkpoint."""
-    from pals_adapters.cli import main
-    from pals_adapters.export import load_task
+    from pals_adapters.harness.cli import main
+    from pals_adapters.harness.export import load_task
 
     rows = "\n".join(f'"review {i}, {"good" if i % 2 else "bad"} film",{"pos" if i % 2 else "neg"}' for i in range(40))
     for split in ("train", "dev"):

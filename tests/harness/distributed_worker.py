@@ -1,14 +1,14 @@
 """One rank of a tiny 2-process multi-task PALs run (launched by tests/test_reliability.py).
 
     python -m torch.distributed.run --nproc_per_node 2 --master_port PORT \\
-        tests/distributed_worker.py --model TINY_BERT_DIR --glue-dir GLUE_DIR --out OUT_DIR
+        tests/harness/distributed_worker.py --model TINY_BERT_DIR --glue-dir GLUE_DIR --out OUT_DIR
 
 The same run with accelerate (2 processes; on a CPU-only machine the harness picks gloo DDP; not
 ``--cpu``, which accelerate launches as a single process without mpirun):
 
     accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no \\
         --dynamo_backend no --main_process_port PORT \\
-        tests/distributed_worker.py --model TINY_BERT_DIR --glue-dir GLUE_DIR --out OUT_DIR
+        tests/harness/distributed_worker.py --model TINY_BERT_DIR --glue-dir GLUE_DIR --out OUT_DIR
 
 It trains rte + stsb (32 examples each, batch 4, 6 steps, base fine-tuned) through the harness
 functions, records the task (and a digest of the input ids) of every step
@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, set_seed
 
-from pals_adapters.harness import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
-from pals_adapters.methods import get_method
-from pals_adapters.multitask import build_model
+from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
+from pals_adapters.harness.methods import get_method
+from pals_adapters.harness.model import build_model
 
 
 def parameter_fingerprint(model: torch.nn.Module) -> str:

@@ -8,54 +8,61 @@
     pals-bench params --model bert-base-uncased --methods pals low_rank houlsby full shared
 """
 
+from __future__ import annotations
+
 import argparse
 import dataclasses
 import json
 import sys
+import types
 import typing
 from pathlib import Path
-from typing import List, Optional
 
-from .errors import PalsError
+import numpy as np
+import yaml
+from transformers import AutoTokenizer
 
-GLUE_SUBMISSION_NAMES = {
-    ("cola", "test"): "CoLA", ("sst2", "test"): "SST-2", ("mrpc", "test"): "MRPC", ("stsb", "test"): "STS-B",
-    ("qqp", "test"): "QQP", ("mnli", "test_matched"): "MNLI-m", ("mnli", "test_mismatched"): "MNLI-mm",
-    ("qnli", "test"): "QNLI", ("rte", "test"): "RTE", ("wnli", "test"): "WNLI",
-}
+from ..errors import PalsError
+from .accounting import count_method_parameters
+from .batches import tokenize
+from .data import load_split
+from .evaluation import evaluate_tasks, predict
+from .export import load_task
+from .export.manifest import manifest_contents, read_task_manifest
+from .export.read import task_spec_of
+from .metrics import glue_average
+from .model import resolve_model
+from .reexport import export_checkpoint
+from .report import results_table
+from .runner import RunConfig, resolve_task_names, run
+from .sampling import STRATEGIES, format_schedule, make_sampler, plot_schedule, schedule
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    """One option per `RunConfig` field, with its default and type."""
-    from .harness import RunConfig
-
+    """One option per `RunConfig` field, with its help, default and type."""
     hints = typing.get_type_hints(RunConfig)
     for f in dataclasses.fields(RunConfig):
         option = "--" + f.name.replace("_", "-")
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         kind = hints[f.name]
-        if typing.get_origin(kind) is typing.Union:  # Optional[X] -> X
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None -> X
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         base_type = kind
-        help_text = f"default: {default}"
+        help_text = f"{f.metadata.get('help', '')} (default: {default})"
         if base_type is bool:
             parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        elif typing.get_origin(base_type) in (list, List):
+        elif typing.get_origin(base_type) is list:
             parser.add_argument(option, nargs="+", default=default, help=help_text)
         else:
             parser.add_argument(option, type=base_type, default=default, help=help_text)
 
 
-def _run_config(args: argparse.Namespace):
-    from .harness import RunConfig
-
+def _run_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)})
 
 
-def _config_file_defaults(argv: Optional[List[str]]) -> dict:
+def _config_file_defaults(argv: list[str] | None) -> dict:
     """Settings of ``train --config FILE``; they become defaults, so command-line options win."""
-    from .harness import RunConfig
-
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
@@ -72,8 +79,6 @@ def _config_file_defaults(argv: Optional[List[str]]) -> dict:
 def _read_mapping(path: str) -> dict:
     text = Path(path).read_text()
     if path.endswith((".yaml", ".yml")):
-        import yaml
-
         data = yaml.safe_load(text)
     else:
         data = json.loads(text)
@@ -83,63 +88,61 @@ def _read_mapping(path: str) -> dict:
 
 
 def cmd_train(args) -> None:
-    from .harness import results_table, run
-
     results = run(_run_config(args))
     print(results_table(results))
     print(f"results: {Path(args.output_dir) / 'results.json'}")
 
 
-def _task_dirs(path: Path) -> List[Path]:
+def _task_dirs(path: Path) -> list[Path]:
     """An export folder of one task, or a run's export folder holding several."""
-    def is_task(folder: Path) -> bool:
-        manifest = folder / "manifest.json"
-        return manifest.is_file() and json.loads(manifest.read_text()).get("contents") == "task"
-
-    if is_task(path):
+    if manifest_contents(path) == "task":
         return [path]
-    dirs = sorted(p for p in path.iterdir() if is_task(p)) if path.is_dir() else []
+    dirs = sorted(p for p in path.iterdir() if manifest_contents(p) == "task") if path.is_dir() else []
     if not dirs:
-        raise PalsError(f"{path}: no manifest.json here or in its sub-folders; point to a task export folder")
+        raise PalsError(f"{path}: no task manifest.json here or in its sub-folders; point to a task export folder")
     return dirs
 
 
 def _load_export(task_dir: Path, args):
-    from transformers import AutoTokenizer
-
-    from .export import load_task
-
+    """The task's model, tokenizer, spec (as trained, from the export) and max length."""
+    manifest = read_task_manifest(task_dir)
     model = load_task(task_dir, base=args.base_model)
-    manifest = json.loads((task_dir / "manifest.json").read_text())
-    tokenizer_source = args.base_model or manifest.get("base_model_name")
-    base_path = manifest.get("base_path")
-    if args.base_model is None and base_path and (task_dir / base_path / "tokenizer_config.json").is_file():
-        tokenizer_source = str(task_dir / base_path)
-    return model, AutoTokenizer.from_pretrained(tokenizer_source), manifest
+    tokenizer_source = args.base_model or resolve_model(manifest.base_model_name or "")
+    if args.base_model is None and manifest.base_path and (task_dir / manifest.base_path / "tokenizer_config.json").is_file():
+        tokenizer_source = str(task_dir / manifest.base_path)
+    spec = task_spec_of(manifest, task_dir)
+    if args.task_file:
+        _check_task_file(spec, args.task_file)
+    max_length = args.max_length or manifest.max_length or 128
+    return model, AutoTokenizer.from_pretrained(tokenizer_source), spec, max_length
 
 
-def _task_spec(name: str, task_file: Optional[str]):
-    from .harness import resolve_task_names
-
-    return resolve_task_names([name], task_file)[name]
+def _check_task_file(trained, task_file: str) -> None:
+    """A task file given to evaluate / predict must describe the task as it was trained."""
+    spec = resolve_task_names([trained.name], task_file)[trained.name]
+    differences = [
+        f"{name}: trained {getattr(trained, name)!r}, task file {getattr(spec, name)!r}"
+        for name in ("labels", "is_regression", "text_columns", "label_column")
+        if getattr(trained, name) != getattr(spec, name)
+    ]
+    if differences:
+        raise PalsError(
+            f"{task_file}: task {trained.name!r} differs from the one the export was trained on ("
+            + "; ".join(differences) + "); leave out --task-file to use the export's own task"
+        )
 
 
 def cmd_evaluate(args) -> None:
-    from .batches import tokenize
-    from .data import load_split
-    from .evaluation import evaluate_tasks
-    from .metrics import glue_average
-
     scores = {}
     for task_dir in _task_dirs(Path(args.export)):
-        model, tokenizer, manifest = _load_export(task_dir, args)
-        task = manifest["task"]
-        spec = _task_spec(task, args.task_file)
+        model, tokenizer, spec, max_length = _load_export(task_dir, args)
+        task = spec.name
         splits = {
-            split: tokenize(load_split(spec, split, glue_dir=args.glue_dir), spec, tokenizer, args.max_length)
-            for split in spec.splits
-            if split.startswith("validation")
+            split: tokenize(load_split(spec, split, glue_dir=args.glue_dir), spec, tokenizer, max_length)
+            for split in spec.dev_splits
         }
+        if not splits:
+            raise PalsError(f"task {task!r} has no validation split to evaluate; add one to its task file")
         metrics = evaluate_tasks(model, {task: splits}, tokenizer)
         scores[task] = metrics[f"{task}_score"]
         detail = ", ".join(f"{k}={100 * v:.2f}" for k, v in metrics.items() if k != "average")
@@ -150,46 +153,36 @@ def cmd_evaluate(args) -> None:
 
 def cmd_predict(args) -> None:
     """GLUE-format prediction files (``index<TAB>prediction``) for the test sets."""
-    import numpy as np
-
-    from .batches import tokenize
-    from .data import load_split
-    from .evaluation import predict
-
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
     for task_dir in _task_dirs(Path(args.export)):
-        model, tokenizer, manifest = _load_export(task_dir, args)
-        task = manifest["task"]
-        spec = _task_spec(task, args.task_file)
-        for split in (s for s in spec.splits if s.startswith("test")):
+        model, tokenizer, spec, max_length = _load_export(task_dir, args)
+        if not spec.test_splits:
+            raise PalsError(f"task {spec.name!r} has no test split to predict; add 'test: FILE' to its task")
+        jobs.append((model, tokenizer, spec, max_length))
+    out.mkdir(parents=True, exist_ok=True)
+    for model, tokenizer, spec, max_length in jobs:
+        for split in spec.test_splits:
             data = load_split(spec, split, glue_dir=args.glue_dir)
-            logits = predict(model, task, tokenize(data, spec, tokenizer, args.max_length), tokenizer)
+            logits = predict(model, spec.name, tokenize(data, spec, tokenizer, max_length), tokenizer)
             if spec.is_regression:
                 values = [f"{v:.3f}" for v in np.clip(logits[:, 0], *(spec.label_range or (-np.inf, np.inf)))]
             else:
                 values = [spec.labels[i] for i in logits.argmax(-1)]
-            name = GLUE_SUBMISSION_NAMES.get((task, split), f"{task}-{split}")
-            path = out / f"{name}.tsv"
+            path = out / f"{spec.submission_name(split)}.tsv"
             lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(data["idx"], values)]
             path.write_text("\n".join(lines) + "\n")
             print(f"{path}: {len(values)} predictions")
 
 
 def cmd_export(args) -> None:
-    from .harness import export_checkpoint
-
     for name, path in export_checkpoint(args.run, args.checkpoint, args.out).items():
         print(f"{name}: {path}")
 
 
 def cmd_schedule(args) -> None:
-    from .data import load_split
-    from .sampling import format_schedule, make_sampler, plot_schedule, schedule
-
-    sizes = {}
-    for name in args.tasks:
-        sizes[name] = len(load_split(_task_spec(name, args.task_file), "train", glue_dir=args.glue_dir))
+    specs = resolve_task_names(args.tasks, args.task_file)
+    sizes = {name: len(load_split(spec, "train", glue_dir=args.glue_dir)) for name, spec in specs.items()}
     sampler = make_sampler(
         args.sampler, sizes, total_steps=args.steps, steps_per_epoch=args.steps_per_epoch, alpha=args.alpha
     )
@@ -199,15 +192,13 @@ def cmd_schedule(args) -> None:
 
 
 def cmd_params(args) -> None:
-    from .accounting import count_parameters
-
     print(f"| method | per task | total ({args.n_tasks} tasks) | x base |\n|---|---:|---:|---:|")
     for method in args.methods:
-        c = count_parameters(method, args.model, n_tasks=args.n_tasks)
+        c = count_method_parameters(method, args.model, n_tasks=args.n_tasks)
         print(f"| {method} | {c.per_task + c.head_per_task:,} | {c.total:,} | {c.multiplier:.3f} |")
 
 
-def build_parser(run_defaults: Optional[dict] = None) -> argparse.ArgumentParser:
+def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pals-bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -222,10 +213,13 @@ def build_parser(run_defaults: Optional[dict] = None) -> argparse.ArgumentParser
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("export", help="a task export folder, or a run's export folder")
-        p.add_argument("--glue-dir", default=None)
-        p.add_argument("--task-file", default=None, help="YAML/JSON of user tasks")
-        p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: manifest)")
-        p.add_argument("--max-length", type=int, default=128)
+        p.add_argument("--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: env GLUE_DIR)")
+        p.add_argument(
+            "--task-file", default=None,
+            help="optional: checked against the task stored in the export (which is what is used)",
+        )
+        p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
+        p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
         if name == "predict":
             p.add_argument("--out", required=True, help="folder for the prediction files")
         p.set_defaults(func=func)
@@ -237,26 +231,29 @@ def build_parser(run_defaults: Optional[dict] = None) -> argparse.ArgumentParser
     export.set_defaults(func=cmd_export)
 
     sched = sub.add_parser("schedule", help="print (and plot) a sampler's task probabilities over training")
-    sched.add_argument("--tasks", nargs="+", required=True)
-    sched.add_argument("--task-file", default=None)
-    sched.add_argument("--glue-dir", default=None)
-    sched.add_argument("--sampler", default="annealed")
-    sched.add_argument("--steps", type=int, required=True)
-    sched.add_argument("--steps-per-epoch", type=int, default=2400)
-    sched.add_argument("--alpha", type=float, default=None)
-    sched.add_argument("--every", type=int, default=None)
+    sched.add_argument("--tasks", nargs="+", default=None, help="task names (default: every task of --task-file)")
+    sched.add_argument("--task-file", default=None, help="YAML/JSON file of your own tasks")
+    sched.add_argument("--glue-dir", default=None, help="GLUE folder (default: env GLUE_DIR)")
+    sched.add_argument("--sampler", default="annealed", help=f"one of {', '.join(STRATEGIES)}")
+    sched.add_argument("--steps", type=int, required=True, help="training steps to show")
+    sched.add_argument("--steps-per-epoch", type=int, default=2400, help="steps of one annealing epoch")
+    sched.add_argument("--alpha", type=float, default=None, help="exponent of the temperature sampler")
+    sched.add_argument("--every", type=int, default=None, help="print a row every N steps")
     sched.add_argument("--plot", default=None, help="write a PNG here")
     sched.set_defaults(func=cmd_schedule)
 
     params = sub.add_parser("params", help="task-specific parameters and the multiplier, from a model config")
     params.add_argument("--model", default="bert-base-uncased", help="model name or folder (only its config is read)")
-    params.add_argument("--methods", nargs="+", default=["pals", "pals_no_share", "low_rank", "houlsby", "lora"])
-    params.add_argument("--n-tasks", type=int, default=8)
+    params.add_argument(
+        "--methods", nargs="+", default=["pals", "pals_no_share", "low_rank", "houlsby", "lora"],
+        help="harness method names (pals_adapters.harness.methods) or adapters config names",
+    )
+    params.add_argument("--n-tasks", type=int, default=8, help="number of tasks sharing the base")
     params.set_defaults(func=cmd_params)
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     try:
         run_defaults = _config_file_defaults(argv)
     except PalsError as err:

@@ -11,13 +11,13 @@ import datasets
 import pytest
 import yaml
 
-from pals_adapters.data import load_split, load_task
+from pals_adapters.harness.data import load_split, load_task
 from pals_adapters.errors import ConfigError, DataError, PalsError, UnknownNameError
-from pals_adapters.tasks import GLUE_TASKS, TaskSpec, custom_task, get_task, load_task_specs
+from pals_adapters.harness.tasks import GLUE_TASKS, TaskSpec, custom_task, get_task, load_task_specs
 
 
 def _find_glue() -> Path | None:
-    candidate = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[1] / ".." / "shared" / "glue")
+    candidate = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / ".." / "shared" / "glue")
     return candidate if (candidate / "CoLA").is_dir() else None
 
 

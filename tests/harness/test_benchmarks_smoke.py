@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 BENCHMARKS = REPO / "benchmarks"
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import ConfigError, UnknownNameError
+from ..errors import ConfigError, UnknownNameError
 
 __all__ = [
     "STRATEGIES",

@@ -1,4 +1,4 @@
-"""Tests for pals_adapters.sampling (task samplers, annealing, MT-Uncertainty)."""
+"""Tests for pals_adapters.harness.sampling (task samplers, annealing, MT-Uncertainty)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pals_adapters.sampling import (
+from pals_adapters.harness.sampling import (
     STRATEGIES,
     TaskSampler,
     annealing_alpha,

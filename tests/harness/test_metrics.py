@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from pals_adapters.metrics import compute_metrics, glue_average, task_score
-from pals_adapters.tasks import GLUE_TASKS, custom_task
+from pals_adapters.harness.metrics import compute_metrics, glue_average, task_score
+from pals_adapters.harness.tasks import GLUE_TASKS, custom_task
 
 CLASSIFICATION = ["cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte", "wnli"]
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import datasets
 
-from .errors import ConfigError, DataError, UnknownNameError
+from ..errors import ConfigError, DataError, UnknownNameError
+from .readers import MissingKey, getter, iter_records, label_text, text_value
 from .tasks import TaskSpec, get_task
 
 SOURCES = ("auto", "local", "hub")
@@ -48,173 +49,6 @@ def is_test_split(split: str) -> bool:
     return split.startswith("test")
 
 
-# --------------------------------------------------------------------------- raw readers
-
-
-def _check_file(path: Path) -> None:
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; check the data folder (glue_dir / GLUE_DIR) or the task's file paths")
-    if path.stat().st_size == 0:
-        raise DataError(f"{path}: file is empty; it needs a header line and data rows")
-
-
-def _iter_delimited(path: Path, fmt: str, header: bool,
-                    positions: dict[str, int] | None) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
-    """Column names and an iterator of (1-based line, fields) for a TSV/CSV file."""
-    _check_file(path)
-    delimiter = "\t" if fmt == "tsv" else ","
-    quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-    handle = open(path, encoding="utf-8-sig", newline="")
-    reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
-
-    def fail(exc: Exception) -> DataError:
-        handle.close()
-        return DataError(f"{path}, line {reader.line_num + 1}: cannot parse ({exc}); "
-                         f"the file must be UTF-8 {fmt.upper()}")
-
-    if header:
-        try:
-            first = next(reader, None)
-        except (csv.Error, UnicodeDecodeError) as exc:
-            raise fail(exc) from None
-        if first is None or not any(c.strip() for c in first):
-            handle.close()
-            raise DataError(f"{path}, line 1: expected a header line with column names, found an empty line")
-        columns = [c.strip() for c in first]
-        dupes = sorted({c for c in columns if columns.count(c) > 1})
-        if dupes:
-            handle.close()
-            raise DataError(f"{path}, line 1: duplicate column name {dupes[0]!r} in header {columns}")
-    else:
-        width = max(positions.values()) + 1
-        by_index = {i: n for n, i in positions.items()}
-        columns = [by_index.get(i, f"column_{i}") for i in range(width)]
-
-    def rows() -> Iterator[tuple[int, list[str]]]:
-        with handle:
-            while True:
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    return
-                except (csv.Error, UnicodeDecodeError) as exc:
-                    raise fail(exc) from None
-                line = reader.line_num
-                if not row:
-                    raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
-                if len(row) != len(columns):
-                    kind = "too few" if len(row) < len(columns) else "too many"
-                    raise DataError(f"{path}, line {line}: {kind} fields: expected {len(columns)} "
-                                    f"({', '.join(columns)}), found {len(row)}; "
-                                    f"fix the row (a missing or extra {'tab' if fmt == 'tsv' else 'comma'}?)")
-                yield line, row
-
-    return columns, rows()
-
-
-def _iter_jsonl(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]], str]:
-    """Keys of the first record, an iterator of (1-based line or item, record), and "line"/"item"."""
-    _check_file(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 ({exc}); re-save the file as UTF-8") from None
-    if not text.strip():
-        raise DataError(f"{path}: file is empty (only whitespace); it needs one JSON object per line")
-    records: list[tuple[int, Any]] = []
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}, line {exc.lineno}: invalid JSON array ({exc.msg})") from None
-        records = [(i, item) for i, item in enumerate(items, 1)]
-        unit = "item"
-    else:
-        unit = "line"
-        for line, raw in enumerate(text.splitlines(), 1):
-            if not raw.strip():
-                raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
-            try:
-                records.append((line, json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}, line {line}: invalid JSON ({exc.msg}); each line must be one JSON object") from None
-    for pos, rec in records:
-        if not isinstance(rec, dict):
-            raise DataError(f"{path}, {unit} {pos}: expected a JSON object with column keys, found {type(rec).__name__}")
-    if not records:
-        raise DataError(f"{path}: no records; the file needs at least one JSON object")
-    return list(records[0][1]), iter(records), unit
-
-
-def _iter_records(path: Path, fmt: str, header: bool, positions: dict[str, int] | None,
-                  ) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
-    """(columns, iterator of (position, row), unit) where a row is a list (delimited) or dict (jsonl)."""
-    if fmt == "jsonl":
-        return _iter_jsonl(path)
-    columns, it = _iter_delimited(path, fmt, header, positions)
-    return columns, it, "line"
-
-
-def _getter(path: Path, columns: list[str], fmt: str, name: str):
-    """A function row -> value of column ``name`` (DataError if the file lacks it)."""
-    if fmt == "jsonl":
-        if name not in columns:
-            raise DataError(f"{path}: missing column {name!r}; columns found (keys of the first record): "
-                            f"{', '.join(columns)}; rename the column or fix the task's column names")
-        return lambda row: row[name] if name in row else _missing_key(name, row)
-    if name not in columns:
-        raise DataError(f"{path}: missing column {name!r}; columns found: {', '.join(columns)}; "
-                        f"rename the column or fix the task's column names")
-    index = columns.index(name)
-    return lambda row: row[index]
-
-
-class _MissingKey(Exception):
-    pass
-
-
-def _missing_key(name: str, row: dict) -> Any:
-    raise _MissingKey(f"missing key {name!r} (keys found: {', '.join(row)})")
-
-
-def read_column(path: str | os.PathLike, column: str, file_format: str,
-                also_required: tuple[str, ...] = ()) -> list[str]:
-    """Stripped string values of one column of a user file (used to infer label sets).
-
-    ``also_required`` columns must exist too (checked before reading rows).
-    """
-    path = Path(path)
-    columns, rows, unit = _iter_records(path, file_format, True, None)
-    for name in also_required:
-        _getter(path, columns, file_format, name)
-    get = _getter(path, columns, file_format, column)
-    values = []
-    for pos, row in rows:
-        try:
-            value = get(row)
-        except _MissingKey as exc:
-            raise DataError(f"{path}, {unit} {pos}: {exc}") from None
-        text = _label_text(value)
-        if not text:
-            raise DataError(f"{path}, {unit} {pos}: empty label in column {column!r}; every row needs a label")
-        values.append(text)
-    if not values:
-        raise DataError(f"{path}: no data rows")
-    return values
-
-
-def _label_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return "" if value is None else str(value).strip()
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        raise ValueError("text is null")
-    return value if isinstance(value, str) else str(value)
-
-
 # --------------------------------------------------------------------------- local
 
 
@@ -228,7 +62,7 @@ class _LabelParser:
     def __call__(self, value: Any) -> int | float:
         spec = self.spec
         if not spec.is_regression:
-            text = _label_text(value)
+            text = label_text(value)
             if text not in self.index:
                 raise ValueError(f"label {text!r} in column {spec.label_column!r} is not one of the task's labels "
                                  f"{list(spec.labels)}; fix the row or the task's label set")
@@ -252,20 +86,20 @@ class _LabelParser:
 
 def _load_local(spec: TaskSpec, split: str, path: Path) -> datasets.Dataset:
     header = spec.header_for(split)
-    columns, rows, unit = _iter_records(path, spec.file_format, header, spec.column_positions)
-    getters = [_getter(path, columns, spec.file_format, c) for c in spec.text_columns]
+    columns, rows, unit = iter_records(path, spec.file_format, header, spec.column_positions)
+    getters = [getter(path, columns, spec.file_format, c) for c in spec.text_columns]
     labelled = spec.label_column is not None
     if labelled and is_test_split(split) and spec.label_column not in columns:
         labelled = False  # unlabelled test file (GLUE test sets)
-    get_label = _getter(path, columns, spec.file_format, spec.label_column) if labelled else None
+    get_label = getter(path, columns, spec.file_format, spec.label_column) if labelled else None
     parse = _LabelParser(spec)
     out: dict[str, list] = {"text_a": [], "text_b": [], "label": [], "idx": []}
     for row_index, (pos, row) in enumerate(rows):
         try:
-            texts = [_text(get(row)) for get in getters]
+            texts = [text_value(get(row)) for get in getters]
             if get_label is not None:
                 out["label"].append(parse(get_label(row)))
-        except (ValueError, _MissingKey) as exc:
+        except (ValueError, MissingKey) as exc:
             raise DataError(f"{path}, {unit} {pos} (data row {row_index + 1}): {exc}") from None
         out["text_a"].append(texts[0])
         out["text_b"].append(texts[1] if len(texts) > 1 else "")

@@ -1,0 +1,44 @@
+"""Parameter accounting of the harness's methods (per-task layers, PEFT, heads) from a model config."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoConfig, AutoModel, PretrainedConfig
+
+from ..accounting import ParameterCount, count_parameters
+from ..errors import UnknownNameError
+from .methods import METHODS, OLD_NAMES, get_method
+from .model import MultiTaskModel
+from .tasks import TaskSpec
+
+# A stand-in task for building the model: only its number of labels matters for the count.
+_COUNTING_TASK = TaskSpec(
+    name="task", text_columns=("text",), label_column="label", is_regression=False, labels=("0", "1"),
+    metrics=("accuracy",), splits={"train": "train.tsv"},
+)
+
+
+def count_method_parameters(
+    method, model_config: str | PretrainedConfig, n_tasks: int = 8, num_labels: int = 2
+) -> ParameterCount:
+    """Like `pals_adapters.count_parameters`, for harness method names (``"peft_lora[r=16]"``,
+    ``"top_pals"`` ...) too: the task parameters are those the method's backend declares."""
+    name = method.split("[")[0].strip() if isinstance(method, str) else None
+    if name in ("full", "shared") or (name not in METHODS and name not in OLD_NAMES):
+        try:
+            return count_parameters(method, model_config, n_tasks, num_labels)
+        except ValueError as err:
+            if name is None:
+                raise
+            raise UnknownNameError("method", name, list(METHODS)) from err
+    if isinstance(model_config, str):
+        model_config = AutoConfig.from_pretrained(model_config)
+    resolved = get_method(method)
+    base_mode = "frozen" if resolved.allows_frozen_base else "finetune"
+    with torch.device("meta"):
+        encoder = AutoModel.from_config(model_config)
+        base = sum(p.numel() for p in encoder.parameters())
+        model = MultiTaskModel(encoder, {"task": _COUNTING_TASK}, resolved, base_mode)
+    per_task = sum(p.numel() for n, p in model.task_parameters("task") if not n.startswith("heads."))
+    head = model_config.hidden_size * num_labels + num_labels
+    return ParameterCount(method, base, base, per_task, head, n_tasks)

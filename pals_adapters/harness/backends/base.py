@@ -1,0 +1,90 @@
+"""The protocol every method backend follows, and the registry of backends by name.
+
+A backend is one family of ways to give each task its own parameters (an `adapters` config,
+a PEFT LoRA, heads only, layers on top). `MultiTaskModel` and the export call only these hooks,
+so a new family is one new file that subclasses `MethodBackend` and calls `register_backend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from ...errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:  # type hints only: the model and the method spec import this module
+    from ..methods import Method
+    from ..model import MultiTaskModel
+
+
+class MethodBackend:
+    """Adds, activates, lists, saves and loads the task-specific parameters of one method family."""
+
+    kind: ClassVar[str]
+    # (safetensors, pickle) names of the file holding a task's own weights; None: the head is all it has.
+    weight_files: ClassVar[tuple[str, str] | None] = None
+    # Per-example task routing inside one forward (a batch that mixes tasks).
+    supports_mixed_batches: ClassVar[bool] = False
+
+    def __init__(self, method: Method):
+        self.method = method
+
+    @classmethod
+    def check_settings(cls, method: Method) -> None:
+        """Refuses settings (``name[key=value]``) this backend cannot use, before anything is built."""
+        if method.overrides:
+            raise ConfigError(f"method {method.spec!r}: '{method.name}' takes no settings")
+
+    def attach(self, model: MultiTaskModel, encoder: PreTrainedModel, tasks: list[str]) -> nn.Module:
+        """Adds every task's parameters; returns the encoder the model runs (it may be a wrapper)."""
+        return encoder
+
+    def backbone(self, encoder: nn.Module) -> PreTrainedModel:
+        """The transformers model underneath the encoder returned by `attach`."""
+        return encoder
+
+    def task_modules(self, model: MultiTaskModel, task: str) -> list[nn.Module]:
+        """The modules that belong to ``task`` alone (its head excluded)."""
+        return []
+
+    @contextlib.contextmanager
+    def activate(self, model: MultiTaskModel, task: str) -> Iterator[None]:
+        """Makes ``task``'s parameters the ones the encoder uses for the forward inside the block."""
+        yield
+
+    def after_encoder(
+        self, model: MultiTaskModel, task: str, sequence: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Per-task layers above the encoder (identity for most methods)."""
+        return sequence
+
+    def save_task(self, model: MultiTaskModel, task: str, folder: Path, base_model_name: str | None) -> None:
+        """Writes ``task``'s own weights (and config) into ``folder``, in the library's native format."""
+
+    def load_task(self, model: MultiTaskModel, task: str, folder: Path, weights: Path) -> None:
+        """Loads what `save_task` wrote into the freshly built ``model``; refuses any mismatch."""
+
+
+_BACKENDS: dict[str, type[MethodBackend]] = {}
+
+
+def register_backend(backend: type[MethodBackend]) -> type[MethodBackend]:
+    """Makes a backend available by its ``kind`` (usable as a class decorator)."""
+    existing = _BACKENDS.get(backend.kind)
+    if existing is not None and existing is not backend:
+        raise ConfigError(f"a method backend named {backend.kind!r} is already registered ({existing.__name__})")
+    _BACKENDS[backend.kind] = backend
+    return backend
+
+
+def get_backend(kind: str) -> type[MethodBackend]:
+    """The backend class registered under ``kind``."""
+    if kind not in _BACKENDS:
+        raise UnknownNameError("method backend", kind, _BACKENDS)
+    return _BACKENDS[kind]

@@ -1,0 +1,11 @@
+"""Backend of the methods whose only task-specific weights are the heads: ``shared`` and ``full``."""
+
+from __future__ import annotations
+
+from .base import MethodBackend, register_backend
+
+
+@register_backend
+class HeadsOnlyBackend(MethodBackend):
+    kind = "heads"
+    supports_mixed_batches = True  # nothing to route inside the encoder

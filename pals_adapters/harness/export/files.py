@@ -1,0 +1,126 @@
+"""Folder-level safety of an export: atomic folder swaps, sha256 of every file, refusing pickle
+files and files that name another task."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from ...errors import ConfigError, IntegrityError
+from ..weights import weights_task
+from .manifest import MANIFEST, TaskManifest
+
+BASE_DIR = "base"
+ADAPTER_CONFIG = "adapter_config.json"  # same name in `adapters` and PEFT
+# Extensions whose loading unpickles (arbitrary code execution on a malicious file).
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def check_task_name(task: str) -> None:
+    # the task name becomes a folder name next to base/ and the temporary folders
+    if not isinstance(task, str) or not task or task == BASE_DIR or task.startswith(".") or re.search(r"[/\\]", task):
+        raise ConfigError(
+            f"task name {task!r} cannot be an export folder name (not '{BASE_DIR}', no '/', no leading '.')"
+        )
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_files(folder: Path) -> dict[str, str]:
+    files = {}
+    for path in sorted(folder.iterdir()):
+        if path.name == MANIFEST:
+            continue
+        if not path.is_file():
+            raise ConfigError(f"unexpected non-file {path} in an export folder")
+        files[path.name] = _sha256_file(path)
+    return files
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    # os.replace cannot replace a non-empty folder: move the old one aside first, then swap.
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.rmdir(old)
+        os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        if old is not None:
+            os.replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(target: Path):
+    """Yields a hidden temporary sibling of ``target``; on success it becomes ``target``, else it is removed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the export is meant to be shared
+        yield tmp
+        _replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def refuse_pickle(folder: Path, files: Mapping[str, str], allow_pickle: bool) -> None:
+    if allow_pickle:
+        return
+    present = {p.name for p in folder.iterdir() if p.is_file()}
+    pickled = sorted(n for n in present | set(files) if n.lower().endswith(PICKLE_SUFFIXES))
+    if pickled:
+        raise IntegrityError(
+            f"{folder / pickled[0]}: pickle weight file refused (loading it can run arbitrary code); "
+            "re-export with safetensors, or pass allow_pickle=True if you trust its source"
+        )
+
+
+def verify_files(folder: Path, files: Mapping[str, str]) -> None:
+    for name, expected in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise IntegrityError(f"{path} is listed in {MANIFEST} but missing")
+        actual = _sha256_file(path)
+        if actual != expected:
+            raise IntegrityError(
+                f"{path} is corrupted or truncated ({path.stat().st_size} bytes): its sha256 is {actual}, "
+                f"{MANIFEST} expects {expected}"
+            )
+
+
+def check_identity(folder: Path, manifest: TaskManifest) -> None:
+    """Every file that names its task must name the manifest's task (catches files copied between tasks)."""
+    task = manifest.task
+    for name in manifest.files:
+        path = folder / name
+        if not path.is_file():
+            continue
+        found = None
+        if name == ADAPTER_CONFIG:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                found = json.loads(path.read_text(encoding="utf-8")).get("name")
+        elif name.endswith(".safetensors"):
+            found = weights_task(path)
+        if found is not None and found != task:
+            raise IntegrityError(
+                f"{path} belongs to task {found!r}, but {folder / MANIFEST} is for task {task!r}: "
+                "the folder mixes files of two tasks; re-export it"
+            )

@@ -1,0 +1,118 @@
+"""The shared base of a multi-task model: its weights under plain transformers names, and a
+fingerprint that identifies them (a task export records the fingerprint of the base it needs)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import struct
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from ...errors import ConfigError
+from ..model import MultiTaskModel
+
+_PEFT_PREFIX = "base_model.model."
+
+
+def backbone_of(model: nn.Module) -> PreTrainedModel:
+    """The transformers encoder inside a MultiTaskModel, PeftModel, AutoAdapterModel or plain model."""
+    if isinstance(model, MultiTaskModel):
+        return model.backbone
+    if hasattr(model, "get_base_model"):  # PeftModel
+        model = model.get_base_model()
+    if not isinstance(model, PreTrainedModel):
+        raise ConfigError(f"expected a transformers model or MultiTaskModel, got {type(model).__name__}")
+    return model.base_model  # AutoAdapterModel / *ForSequenceClassification -> the encoder itself
+
+
+def plain_class(backbone: PreTrainedModel) -> type:
+    # adapters.init swaps the instance's class for a subclass; the transformers class is in its MRO.
+    for cls in type(backbone).__mro__:
+        if cls.__module__.startswith("transformers.") and issubclass(cls, PreTrainedModel):
+            return cls
+    raise ConfigError(f"{type(backbone).__name__} is not a transformers model class")
+
+
+def clean_config(backbone: PreTrainedModel):
+    config = copy.deepcopy(backbone.config)
+    if hasattr(config, "adapters"):  # `adapters` may record its setup on the config
+        delattr(config, "adapters")
+    return config
+
+
+_REFERENCE_KEYS: dict[tuple[type, str], frozenset] = {}
+
+
+def _reference_keys(backbone: PreTrainedModel) -> frozenset:
+    """State-dict names of a plain model of this class and config (built on the meta device: no memory)."""
+    cls, config = plain_class(backbone), clean_config(backbone)
+    key = (cls, config.to_json_string())
+    if key not in _REFERENCE_KEYS:
+        with torch.device("meta"):
+            _REFERENCE_KEYS[key] = frozenset(cls(config).state_dict())
+    return _REFERENCE_KEYS[key]
+
+
+def _plain_name(name: str) -> str:
+    if name.startswith(_PEFT_PREFIX):
+        name = name[len(_PEFT_PREFIX):]
+    return name.replace(".base_layer.", ".")
+
+
+def base_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The shared base weights under plain transformers names (as ``AutoModel.from_pretrained`` names them).
+
+    Adapter, LoRA and PAL weights, PEFT prefixes and per-task tops and heads are left out. The tensors
+    share storage with the model: clone before changing them.
+    """
+    backbone = backbone_of(model)
+    expected = _reference_keys(backbone)
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in backbone.state_dict().items():
+        plain = _plain_name(name)
+        if plain not in expected:
+            continue  # an adapter / LoRA / PAL weight, or an alias such as adapters' prompt_tuning embeddings
+        if plain in out:
+            raise ConfigError(f"two weights of {type(backbone).__name__} map to the base name {plain!r}")
+        out[plain] = tensor
+    if not out:
+        raise ConfigError(f"no base weights found in {type(backbone).__name__}")
+    return out
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy())  # a byte view works for every dtype (bf16 too)
+
+
+def fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
+    """sha256 over the sorted names, dtypes, shapes and raw bytes of the tensors (hex digest)."""
+    digest = hashlib.sha256()
+    for name in sorted(state_dict):
+        tensor = state_dict[name]
+        # length-prefixed fields: no two different state dicts can produce the same byte stream
+        for field in (name, str(tensor.dtype), repr(tuple(tensor.shape))):
+            encoded = field.encode()
+            digest.update(struct.pack("<Q", len(encoded)) + encoded)
+        data = _tensor_bytes(tensor)
+        digest.update(struct.pack("<Q", data.nbytes))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def fingerprint_model(model: nn.Module) -> str:
+    """`fingerprint` of the base weights of an encoder (plain, adapters-wrapped, PEFT) or a MultiTaskModel."""
+    return fingerprint(base_state_dict(model))
+
+
+def dtype_name(state_dict: Mapping[str, torch.Tensor]) -> str:
+    floats = [t.dtype for t in state_dict.values() if t.is_floating_point()]
+    return str(floats[0] if floats else torch.float32).replace("torch.", "")
+
+
+def dtype_of(state: Mapping[str, torch.Tensor]) -> torch.dtype:
+    return getattr(torch, dtype_name(state))

@@ -1,0 +1,165 @@
+"""The typed manifests of an export folder: what it holds, where it came from, the sha256 of each file.
+
+Every reader (loading, the CLI) goes through `read_task_manifest` / `read_base_manifest`; nothing
+reads a manifest by string key elsewhere. A manifest is written last: a folder without one is an
+export that did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ...errors import IntegrityError
+from ..methods import BASE_MODES
+from ..weights import json_default
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class MethodRecord:
+    """The method a task was trained with: its name, backend and settings."""
+
+    name: str
+    kind: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BaseManifest:
+    """``<export>/base/manifest.json``: a fine-tuned shared base, as a plain transformers folder."""
+
+    contents: ClassVar[str] = "base"
+
+    fingerprint: str
+    dtype: str
+    files: dict[str, str]
+    base_model_name: str | None = None
+    attn_implementation: str | None = None
+    format_version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True)
+class TaskManifest:
+    """``<export>/<task>/manifest.json``: one task's own files and what they need to load."""
+
+    contents: ClassVar[str] = "task"
+
+    task: str
+    task_spec: dict[str, Any]
+    method: MethodRecord
+    base_mode: str
+    base_fingerprint: str
+    base_dtype: str
+    files: dict[str, str]
+    base_model_name: str | None = None
+    attn_implementation: str | None = None
+    base_path: str | None = None  # relative to the task folder; None for a frozen (unchanged) base
+    metrics: dict[str, float] | None = None
+    max_length: int | None = None  # tokens per example in training: evaluate / predict use the same
+    num_parameters: int | None = None
+    producer: str | None = None
+    format_version: int = FORMAT_VERSION
+
+
+def write_manifest(folder: Path, manifest: BaseManifest | TaskManifest) -> None:
+    data = {"contents": manifest.contents, **asdict(manifest)}
+    with open(folder / MANIFEST, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=json_default)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())  # the manifest marks the folder whole: it must reach the disk
+
+
+def _load_json(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise IntegrityError(
+            f"{path} is missing: {folder} is not a complete export (a write that did not finish leaves none)"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise IntegrityError(f"{path} cannot be read as JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise IntegrityError(f"{path}: field '(root)' must be a JSON object")
+    return data
+
+
+def manifest_contents(folder: Path) -> str | None:
+    """``"task"``, ``"base"``, or None when ``folder`` holds no readable manifest."""
+    try:
+        return _load_json(folder).get("contents")
+    except IntegrityError:
+        return None
+
+
+def _check_common(path: Path, data: dict, contents: str) -> None:
+    def bad(name, problem):
+        raise IntegrityError(f"{path}: field {name!r} {problem}")
+
+    version = data.get("format_version")
+    if not isinstance(version, int):
+        bad("format_version", "is missing")
+    if version > FORMAT_VERSION:
+        bad("format_version", f"is {version}; this pals_adapters reads up to {FORMAT_VERSION} (upgrade it)")
+    if data.get("contents") != contents:
+        bad("contents", f"is {data.get('contents')!r}, expected {contents!r}")
+    files = data.get("files")
+    if not isinstance(files, dict) or not files:
+        bad("files", "must map file names to sha256 digests")
+    for name, digest in files.items():
+        # plain names only: a manifest must not point outside its folder
+        if not isinstance(name, str) or name in ("", ".", "..", MANIFEST) or re.search(r"[/\\]", name):
+            bad("files", f"has an invalid file name {name!r}")
+        if not isinstance(digest, str) or not _SHA256.match(digest):
+            bad("files", f"has an invalid sha256 for {name!r}")
+
+
+def _known_fields(cls, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def read_base_manifest(folder: Path) -> BaseManifest:
+    data = _load_json(folder)
+    path = folder / MANIFEST
+    _check_common(path, data, "base")
+    for name in ("fingerprint", "dtype"):
+        if not isinstance(data.get(name), str) or not data[name]:
+            raise IntegrityError(f"{path}: field {name!r} must be a non-empty str")
+    return BaseManifest(**_known_fields(BaseManifest, data))
+
+
+def read_task_manifest(folder: Path) -> TaskManifest:
+    data = _load_json(folder)
+    path = folder / MANIFEST
+
+    def bad(name, problem):
+        raise IntegrityError(f"{path}: field {name!r} {problem}")
+
+    _check_common(path, data, "task")
+    for name, kind in (("task", str), ("task_spec", dict), ("method", dict), ("base_mode", str),
+                       ("base_fingerprint", str), ("base_dtype", str)):
+        if not isinstance(data.get(name), kind) or not data[name]:
+            bad(name, f"must be a non-empty {kind.__name__}")
+    if data["base_mode"] not in BASE_MODES:
+        bad("base_mode", f"must be one of {BASE_MODES}")
+    if data["base_mode"] == "finetune" and not isinstance(data.get("base_path"), str):
+        bad("base_path", "is required for a fine-tuned base")
+    method = data["method"]
+    if not isinstance(method.get("name"), str) or not isinstance(method.get("overrides", {}), dict):
+        bad("method", "must hold 'name' and 'overrides'")
+    if not isinstance(getattr(torch, data["base_dtype"], None), torch.dtype):
+        bad("base_dtype", f"{data['base_dtype']!r} is not a torch dtype")
+    record = MethodRecord(method["name"], method.get("kind", ""), dict(method.get("overrides") or {}))
+    return TaskManifest(**{**_known_fields(TaskManifest, data), "method": record})

@@ -1,0 +1,142 @@
+"""Loading one exported task back, every file checked before any is read into a model."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+
+from ...errors import AdapterLoadError, ConfigError, IntegrityError
+from ..methods import get_method
+from ..model import MultiTaskModel, resolve_model
+from ..tasks import TaskSpec
+from ..weights import load_module
+from .files import check_identity, refuse_pickle, verify_files
+from .fingerprint import backbone_of, base_state_dict, clean_config, dtype_of, fingerprint_model, plain_class
+from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
+from .write import HEAD_FILE
+
+PathLike = str | os.PathLike
+
+
+def _weights_file(folder: Path, manifest: TaskManifest, names: tuple[str, ...], part: str) -> Path:
+    for name in names:  # safetensors first
+        if name in manifest.files:
+            return folder / name
+    raise IntegrityError(f"{folder / MANIFEST} lists no {' or '.join(names)} for the task's {part} weights")
+
+
+def task_spec_of(manifest: TaskManifest, where: Path) -> TaskSpec:
+    """The task as it was trained (labels in their trained order, columns, files), from its manifest."""
+    known = {f.name for f in dataclasses.fields(TaskSpec)}
+    data = {k: v for k, v in manifest.task_spec.items() if k in known}
+    try:
+        spec = TaskSpec(**data)
+    except (TypeError, ConfigError) as err:
+        raise IntegrityError(f"{where / MANIFEST}: task_spec is not valid: {err}") from err
+    if spec.name != manifest.task:
+        raise IntegrityError(f"{where / MANIFEST}: task_spec is for {spec.name!r}, the manifest for {manifest.task!r}")
+    return spec
+
+
+def _method_from_manifest(manifest: TaskManifest, where: Path):
+    record = manifest.method
+    try:
+        method = dataclasses.replace(get_method(record.name), overrides=dict(record.overrides))
+    except ConfigError as err:
+        raise AdapterLoadError(f"{where / MANIFEST}: method {record.name!r} is not known here: {err}") from err
+    if record.kind and record.kind != method.kind:
+        raise AdapterLoadError(
+            f"{where / MANIFEST}: method {method.name!r} was of kind {record.kind!r}, here it is {method.kind!r}"
+        )
+    return method
+
+
+def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) -> PreTrainedModel:
+    kwargs = {"dtype": getattr(torch, manifest.base_dtype)}
+    if manifest.attn_implementation in ("eager", "sdpa"):
+        kwargs["attn_implementation"] = manifest.attn_implementation  # same kernels -> same predictions
+    if not allow_pickle:
+        kwargs["use_safetensors"] = True
+    try:
+        return AutoModel.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as err:
+        raise AdapterLoadError(f"cannot load the base model {source!r}: {err}") from err
+
+
+def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -> tuple[PreTrainedModel, str]:
+    """Builds a fresh plain encoder; never changes a model passed in."""
+    if isinstance(base, nn.Module):
+        backbone = backbone_of(base)
+        state = {k: v.detach().clone() for k, v in base_state_dict(backbone).items()}
+        model = plain_class(backbone).from_pretrained(
+            None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state)
+        )
+        model.config._name_or_path = backbone.config._name_or_path  # not "None" (PEFT would look that up)
+        return model, f"the {type(base).__name__} passed as base"
+    if base is None:
+        if manifest.base_mode == "finetune":
+            base = (folder / manifest.base_path).resolve()
+            if not base.is_dir():
+                raise AdapterLoadError(
+                    f"{folder} was trained with a fine-tuned base, expected at {base} (export_base / export_run "
+                    "write it); copy it there or pass base="
+                )
+        else:
+            if not manifest.base_model_name:
+                raise AdapterLoadError(f"{folder / MANIFEST} names no base model; pass base=")
+            base = resolve_model(manifest.base_model_name)
+    source = Path(base)
+    if source.is_dir() and manifest_contents(source) == "base":
+        # an exported base: check its files before reading any of them
+        checked = read_base_manifest(source)
+        refuse_pickle(source, checked.files, allow_pickle)
+        verify_files(source, checked.files)
+    return _from_pretrained(str(base), manifest, allow_pickle), str(base)
+
+
+def load_task(export_dir: PathLike, base=None, *, allow_pickle: bool = False) -> MultiTaskModel:
+    """Loads one exported task as a single-task `MultiTaskModel` (in eval mode), after checking every file.
+
+    ``base``: a model name or folder, or a loaded transformers model (copied, never changed); by default
+    the exported base for fine-tuned runs, else the manifest's base model name. Its fingerprint must be
+    the one recorded at export. Pickle files (``.bin``) are refused unless ``allow_pickle=True``.
+
+    The model answers one task; name it in the call::
+
+        model = load_task("runs/main_job/export/rte")
+        logits = model(task="rte", input_ids=ids, attention_mask=mask)["logits"]
+    """
+    folder = Path(export_dir)
+    manifest = read_task_manifest(folder)
+    refuse_pickle(folder, manifest.files, allow_pickle)
+    check_identity(folder, manifest)
+    verify_files(folder, manifest.files)
+    task = manifest.task
+    spec = task_spec_of(manifest, folder)
+    method = _method_from_manifest(manifest, folder)
+
+    encoder, source = _load_base(folder, manifest, base, allow_pickle)
+    got, expected = fingerprint_model(encoder), manifest.base_fingerprint
+    if got != expected:
+        if manifest.base_mode == "finetune":
+            wanted = f"the fine-tuned base exported with it ({manifest.base_path} next to the task folder)"
+        else:
+            wanted = f"the unchanged pretrained base {manifest.base_model_name!r}"
+        raise AdapterLoadError(
+            f"the base from {source} has fingerprint {got}, but {folder} was trained on a base with fingerprint "
+            f"{expected}: load it with {wanted}"
+        )
+    if getattr(encoder, "pooler", None) is None:
+        raise AdapterLoadError(f"the base from {source} has no pooler; the task head reads the pooled output")
+
+    model = MultiTaskModel(encoder, {task: spec}, method, manifest.base_mode)
+    backend = model.backend
+    if backend.weight_files is not None:
+        backend.load_task(model, task, folder, _weights_file(folder, manifest, backend.weight_files, method.kind))
+    load_module(model.heads[task], _weights_file(folder, manifest, (HEAD_FILE, "head.bin"), "head"))
+    return model.eval()

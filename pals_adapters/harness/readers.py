@@ -1,0 +1,178 @@
+"""Raw row readers for CSV, TSV and JSON Lines files: rows as they are in the file, with errors
+that name the file and line. No task semantics here (see `data` for those)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError
+
+
+def _check_file(path: Path) -> None:
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; check the data folder (glue_dir / GLUE_DIR) or the task's file paths")
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: file is empty; it needs a header line and data rows")
+
+
+def _iter_delimited(path: Path, fmt: str, header: bool,
+                    positions: dict[str, int] | None) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """Column names and an iterator of (1-based line, fields) for a TSV/CSV file."""
+    _check_file(path)
+    delimiter = "\t" if fmt == "tsv" else ","
+    quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+    handle = open(path, encoding="utf-8-sig", newline="")
+    reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
+
+    def fail(exc: Exception) -> DataError:
+        handle.close()
+        return DataError(f"{path}, line {reader.line_num + 1}: cannot parse ({exc}); "
+                         f"the file must be UTF-8 {fmt.upper()}")
+
+    if header:
+        try:
+            first = next(reader, None)
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise fail(exc) from None
+        if first is None or not any(c.strip() for c in first):
+            handle.close()
+            raise DataError(f"{path}, line 1: expected a header line with column names, found an empty line")
+        columns = [c.strip() for c in first]
+        dupes = sorted({c for c in columns if columns.count(c) > 1})
+        if dupes:
+            handle.close()
+            raise DataError(f"{path}, line 1: duplicate column name {dupes[0]!r} in header {columns}")
+    else:
+        width = max(positions.values()) + 1
+        by_index = {i: n for n, i in positions.items()}
+        columns = [by_index.get(i, f"column_{i}") for i in range(width)]
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        with handle:
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except (csv.Error, UnicodeDecodeError) as exc:
+                    raise fail(exc) from None
+                line = reader.line_num
+                if not row:
+                    raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
+                if len(row) != len(columns):
+                    kind = "too few" if len(row) < len(columns) else "too many"
+                    raise DataError(f"{path}, line {line}: {kind} fields: expected {len(columns)} "
+                                    f"({', '.join(columns)}), found {len(row)}; "
+                                    f"fix the row (a missing or extra {'tab' if fmt == 'tsv' else 'comma'}?)")
+                yield line, row
+
+    return columns, rows()
+
+
+def _iter_jsonl(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]], str]:
+    """Keys of the first record, an iterator of (1-based line or item, record), and "line"/"item"."""
+    _check_file(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 ({exc}); re-save the file as UTF-8") from None
+    if not text.strip():
+        raise DataError(f"{path}: file is empty (only whitespace); it needs one JSON object per line")
+    records: list[tuple[int, Any]] = []
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}, line {exc.lineno}: invalid JSON array ({exc.msg})") from None
+        records = [(i, item) for i, item in enumerate(items, 1)]
+        unit = "item"
+    else:
+        unit = "line"
+        for line, raw in enumerate(text.splitlines(), 1):
+            if not raw.strip():
+                raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
+            try:
+                records.append((line, json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}, line {line}: invalid JSON ({exc.msg}); each line must be one JSON object") from None
+    for pos, rec in records:
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}, {unit} {pos}: expected a JSON object with column keys, found {type(rec).__name__}")
+    if not records:
+        raise DataError(f"{path}: no records; the file needs at least one JSON object")
+    return list(records[0][1]), iter(records), unit
+
+
+def iter_records(path: Path, fmt: str, header: bool, positions: dict[str, int] | None,
+                  ) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
+    """(columns, iterator of (position, row), unit) where a row is a list (delimited) or dict (jsonl)."""
+    if fmt == "jsonl":
+        return _iter_jsonl(path)
+    columns, it = _iter_delimited(path, fmt, header, positions)
+    return columns, it, "line"
+
+
+def getter(path: Path, columns: list[str], fmt: str, name: str):
+    """A function row -> value of column ``name`` (DataError if the file lacks it)."""
+    if fmt == "jsonl":
+        if name not in columns:
+            raise DataError(f"{path}: missing column {name!r}; columns found (keys of the first record): "
+                            f"{', '.join(columns)}; rename the column or fix the task's column names")
+        return lambda row: row[name] if name in row else _missing_key(name, row)
+    if name not in columns:
+        raise DataError(f"{path}: missing column {name!r}; columns found: {', '.join(columns)}; "
+                        f"rename the column or fix the task's column names")
+    index = columns.index(name)
+    return lambda row: row[index]
+
+
+class MissingKey(Exception):
+    pass
+
+
+def _missing_key(name: str, row: dict) -> Any:
+    raise MissingKey(f"missing key {name!r} (keys found: {', '.join(row)})")
+
+
+def read_column(path: str | os.PathLike, column: str, file_format: str,
+                also_required: tuple[str, ...] = ()) -> list[str]:
+    """Stripped string values of one column of a user file (used to infer label sets).
+
+    ``also_required`` columns must exist too (checked before reading rows).
+    """
+    path = Path(path)
+    columns, rows, unit = iter_records(path, file_format, True, None)
+    for name in also_required:
+        getter(path, columns, file_format, name)
+    get = getter(path, columns, file_format, column)
+    values = []
+    for pos, row in rows:
+        try:
+            value = get(row)
+        except MissingKey as exc:
+            raise DataError(f"{path}, {unit} {pos}: {exc}") from None
+        text = label_text(value)
+        if not text:
+            raise DataError(f"{path}, {unit} {pos}: empty label in column {column!r}; every row needs a label")
+        values.append(text)
+    if not values:
+        raise DataError(f"{path}: no data rows")
+    return values
+
+
+def label_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return "" if value is None else str(value).strip()
+
+
+def text_value(value: Any) -> str:
+    if value is None:
+        raise ValueError("text is null")
+    return value if isinstance(value, str) else str(value)
