@@ -8,8 +8,9 @@ Needs the ``harness`` extra (``pip install "pals-adapters[harness]"``); the plug
 from .accounting import count_method_parameters
 from .backends import MethodBackend, get_backend, register_backend
 from .data import load_split
+from .evaluate_metric import TaskMetric, task_metric
 from .export import TaskManifest, export_run, export_task, load_task
-from .methods import METHODS, Method, get_method
+from .methods import METHODS, Method, get_method, register_method
 from .model import MultiTaskModel, build_model
 from .runner import RunConfig, run
 from .sampling import make_sampler
@@ -23,6 +24,7 @@ __all__ = [
     "MultiTaskModel",
     "RunConfig",
     "TaskManifest",
+    "TaskMetric",
     "TaskSpec",
     "build_model",
     "count_method_parameters",
@@ -37,5 +39,7 @@ __all__ = [
     "load_task_specs",
     "make_sampler",
     "register_backend",
+    "register_method",
     "run",
+    "task_metric",
 ]

@@ -64,11 +64,22 @@ METHODS: dict[str, Method] = {
     "top_layer": Method("top_layer", "top", top="bert_layer"),
 }
 
+def register_method(method: Method) -> Method:
+    """Makes ``method`` available by its name (in the CLI, configs and benchmarks). With
+    `pals_adapters.harness.register_backend`, a new method family is one new file."""
+    existing = METHODS.get(method.name)
+    if existing is not None and existing != method:
+        raise ConfigError(f"a method named {method.name!r} is already registered: {existing}")
+    get_backend(method.kind)  # the backend must exist first
+    METHODS[method.name] = method
+    return method
+
+
 # Spellings of release 0.1 (and of its benchmarks); accepted with a warning for one release.
 OLD_NAMES = {
-    "peft_lora": "peft_lora",
-    "top_pals": "top_pals",
-    "top_layer": "top_layer",
+    "peft-lora": "peft_lora",
+    "top-pals": "top_pals",
+    "top-layer": "top_layer",
     "top_proj_attn": "top_pals",
     "top_bert_layer": "top_layer",
 }

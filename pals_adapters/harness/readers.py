@@ -44,6 +44,12 @@ def _iter_delimited(path: Path, fmt: str, header: bool,
             handle.close()
             raise DataError(f"{path}, line 1: expected a header line with column names, found an empty line")
         columns = [c.strip() for c in first]
+        other = {"csv": "\t", "tsv": ","}.get(fmt)
+        if len(columns) == 1 and other and other in first[0]:
+            handle.close()
+            hint = "tsv" if fmt == "csv" else "csv"
+            raise DataError(f"{path}, line 1: one column {first[0]!r}, but the header holds {other!r}: "
+                            f"the file looks like {hint.upper()}; set `format: {hint}` for the task")
         dupes = sorted({c for c in columns if columns.count(c) > 1})
         if dupes:
             handle.close()

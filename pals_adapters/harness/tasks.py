@@ -318,9 +318,21 @@ def _infer_labels(name: str, train: str | None, text_columns: Any, label_column:
     if len(values) < 2:
         raise ConfigError(f"task {name!r}: train file {train} has fewer than 2 distinct labels {values}; "
                           f"set labels explicitly")
+    if len(values) > 20 and all(_is_number(v) for v in values) and not all(float(v).is_integer() for v in values):
+        examples = ", ".join(values[:3])
+        raise ConfigError(f"task {name!r}: train file {train} has {len(values)} distinct numeric labels ({examples}, ...); "
+                          f"if they are scores, declare `type: regression`; if they are classes, list them in `labels`")
     if all(v.lstrip("-").isdigit() for v in values):
         values.sort(key=int)
     return tuple(values)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_task_specs(path: str | os.PathLike) -> list[TaskSpec]:

@@ -137,3 +137,23 @@ def test_end_to_end_score():
     metrics = compute_metrics("mrpc", np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [3.0, 1.0]]), refs)
     assert metrics == pytest.approx({"accuracy": 0.75, "f1": 2 / 3})
     assert glue_average({"mrpc": task_score("mrpc", metrics)}) == pytest.approx((0.75 + 2 / 3) / 2)
+
+
+@pytest.mark.parametrize("task", ["cola", "sst2", "mrpc", "stsb", "rte"])
+def test_the_evaluate_module_computes_the_same_metrics(task):
+    from pals_adapters.harness.evaluate_metric import task_metric
+
+    spec = GLUE_TASKS[task]
+    rng = np.random.default_rng(0)
+    if spec.is_regression:
+        refs, preds = rng.uniform(0, 5, 50), rng.uniform(0, 5, 50)
+    else:
+        refs, preds = rng.integers(0, 2, 50), rng.integers(0, 2, 50)
+    metric = task_metric(task.upper() if task != "stsb" else "STS-B")
+    for start in range(0, 50, 20):  # evaluate's incremental API
+        metric.add_batch(predictions=preds[start : start + 20], references=refs[start : start + 20])
+    got = metric.compute()
+    expected = compute_metrics(spec, preds, refs)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert got[key] == pytest.approx(expected[key], abs=1e-12)
