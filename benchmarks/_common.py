@@ -82,17 +82,32 @@ def machine_info(device="cpu"):
     return info
 
 
-def command_line():
-    return shlex.join(["python", *sys.argv])
+def command_line(script, argv=None):
+    """The command that reproduces this run: as typed, or for ``main(argv)`` called from Python, its equivalent."""
+    if argv is None:
+        return shlex.join(["python", *sys.argv])
+    return shlex.join(["python", f"benchmarks/{Path(script).name}", *argv])
 
 
-def write_results(name, data, markdown, out_dir=RESULTS_DIR):
-    """Writes ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md``; returns both paths."""
-    out_dir = Path(out_dir)
+def comma_list(text):
+    """``"a, b,,c"`` -> ``["a", "b", "c"]`` (the scripts' comma-separated options)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def verdict_line(passed, text):
+    """``PASS: text`` or ``FAIL: text``, the line a benchmark's check prints."""
+    return f"{'PASS' if passed else 'FAIL'}: {text}"
+
+
+def write_results(name, data, markdown, out_dir=None):
+    """Writes ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md`` (default benchmarks/results), says so,
+    and returns both paths."""
+    out_dir = Path(out_dir or RESULTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
     json_path.write_text(json.dumps(data, indent=2) + "\n")
     md_path.write_text(markdown.rstrip() + "\n")
+    print(f"wrote {json_path} and {md_path}")
     return json_path, md_path
 
 

@@ -72,12 +72,16 @@ def speed_ratios(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quality", default=str(RESULTS / "quality" / "quick" / "quality.json"))
     parser.add_argument("--speed", default=str(RESULTS / "speed_memory_minilm.json"))
     parser.add_argument("--out", default=str(FIGURES))
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for source, draw, name in ((args.quality, quality_vs_params, "quality_vs_params.png"),

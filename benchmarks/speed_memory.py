@@ -5,6 +5,7 @@ For the base model and each method: one inference forward (eval, no_grad), one t
 plus the peak memory of each. Measurements are interleaved round-robin over methods, so noise
 from the machine hits every row alike; ratios are taken within a round, then the median.
 Then: N task adapters in one `Parallel` forward against N separate forwards.
+Methods are named as the harness names them (`pals-bench train --method`).
 
     python benchmarks/speed_memory.py                       # bundled MiniLM, batch 32 x 128 tokens
     python benchmarks/speed_memory.py --model bert-base --batch 8 --warmup 1 --repeats 3
@@ -24,6 +25,7 @@ import statistics
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import adapters
@@ -31,105 +33,132 @@ import torch
 import torch.nn.functional as F
 from adapters import AdapterSetup
 from adapters.composition import Parallel
-from peft import LoraConfig as PeftLoraConfig
 from peft import get_peft_model
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
+from pals_adapters.harness.backends.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
+from pals_adapters.harness.backends.peft_lora import lora_config as peft_lora_config
+from pals_adapters.harness.methods import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODELS, command_line, load_model, machine_info, markdown_table, model_config, write_results  # noqa: E402
+from _common import (  # noqa: E402
+    MODELS, command_line, comma_list, load_model, machine_info, markdown_table, model_config, verdict_line,
+    write_results,
+)
 
 ALL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top", "houlsby", "lora", "peft_lora")
-ADAPTER_CONFIGS = {
-    "pals": "pals",
-    "pals_no_share": "pals_no_share",
-    "low_rank": "low_rank",
-    "pals_top": "pals_top",
-    "houlsby": "double_seq_bn",
-    "lora": "lora",
-}
+PAL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top")
 FORWARD_TARGET = 1.12  # PALs forward / base forward
 FROZEN_TARGET = 0.80  # PALs step with the base frozen / full fine-tuning step
+REFERENCE_ROWS = ("base", "adapters_init")  # rows that are not methods
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-parser.add_argument("--model", default="minilm", choices=MODELS)
-parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
-parser.add_argument("--batch", type=int, default=32)
-parser.add_argument("--length", type=int, default=128, help="tokens per sequence (no padding)")
-parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
-parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
-parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-parser.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset of the methods")
-parser.add_argument("--tasks", default="cola,sst2,mrpc,stsb,rte", help="PAL adapters for the Parallel test")
-parser.add_argument("--parallel-configs", default="pals,pals_top",
-                    help="PAL presets for the Parallel test (pals_top leaves the bottom half shared)")
-parser.add_argument("--no-memory", action="store_true", help="skip the memory round")
-parser.add_argument("--quick", action="store_true", help="smoke test: batch 8, length 64, 1 warm-up, 2 repeats, 1 thread")
-parser.add_argument("--out-dir", default=None, help="where to write the results (default benchmarks/results)")
-parser.add_argument("--name", default=None, help="result file name (default speed_memory_<model>)")
-args = parser.parse_args()
-if args.quick:
-    args.batch, args.length, args.warmup, args.repeats = 8, 64, 1, 2
-    # One thread unless asked: on a busy machine, threads waiting for each other at every small op
-    # can make a tiny model 100x slower, and a smoke test should finish in seconds.
-    args.threads = args.threads or 1
-methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-unknown = sorted(set(methods) - set(ALL_METHODS))
-if unknown:
-    raise SystemExit(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
-tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-parallel_configs = [c.strip() for c in args.parallel_configs.split(",") if c.strip()]
-# adapters warns "adapters available but none are activated" whenever it switches adapters.
-logging.getLogger("adapters.model_mixin").setLevel(logging.ERROR)
-load_at_start = os.getloadavg()
 
-threads = args.threads or len(os.sched_getaffinity(0))
-torch.set_num_threads(threads)
-device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                      "cpu" if args.device == "auto" else args.device)
-on_cuda = device.type == "cuda"
-torch.manual_seed(0)
-config = model_config(args.model)
-if args.length > config.max_position_embeddings:
-    raise SystemExit(f"--length {args.length} exceeds the model's {config.max_position_embeddings} positions")
-B, T, d, L = args.batch, args.length, config.hidden_size, config.num_hidden_layers
-tokens = B * T
-print(f"{args.model}: d={d}, {L} layers | batch {B} x {T} tokens | {device}, {threads} threads")
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="minilm", choices=MODELS)
+    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128, help="tokens per sequence (no padding)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset of the methods")
+    parser.add_argument("--tasks", default="cola,sst2,mrpc,stsb,rte", help="PAL adapters for the Parallel test")
+    parser.add_argument("--parallel-configs", default="pals,pals_top",
+                        help="PAL presets for the Parallel test (pals_top leaves the bottom half shared)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory round")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: batch 8, length 64, 1 warm-up, 2 repeats, 1 thread")
+    parser.add_argument("--out-dir", default=None, help="where to write the results (default benchmarks/results)")
+    parser.add_argument("--name", default=None, help="result file name (default speed_memory_<model>)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch, args.length, args.warmup, args.repeats = 8, 64, 1, 2
+        # One thread unless asked: on a busy machine, threads waiting for each other at every small op
+        # can make a tiny model 100x slower, and a smoke test should finish in seconds.
+        args.threads = args.threads or 1
+    args.methods = comma_list(args.methods)
+    unknown = sorted(set(args.methods) - set(ALL_METHODS))
+    if unknown:
+        parser.error(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
+    args.tasks = comma_list(args.tasks)
+    args.parallel_configs = comma_list(args.parallel_configs)
+    return args
 
-input_ids = torch.randint(min(1000, config.vocab_size // 2), config.vocab_size, (B, T), device=device)
-attention_mask = torch.ones(B, T, dtype=torch.long, device=device)
-labels = torch.randint(0, 2, (B,), device=device)
+
+def pick_device(name):
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class Workload:
+    """The model's config and the one batch every measurement runs on."""
+
+    config: object
+    device: torch.device
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def tokens(self):
+        return self.input_ids.numel()
+
+    @property
+    def length(self):
+        return self.input_ids.shape[1]
+
+
+def make_workload(model_name, batch, length, device):
+    torch.manual_seed(0)
+    config = model_config(model_name)
+    if length > config.max_position_embeddings:
+        raise SystemExit(f"--length {length} exceeds the model's {config.max_position_embeddings} positions")
+    low = min(1000, config.vocab_size // 2)
+    return Workload(
+        config=config,
+        device=device,
+        input_ids=torch.randint(low, config.vocab_size, (batch, length), device=device),
+        attention_mask=torch.ones(batch, length, dtype=torch.long, device=device),
+        labels=torch.randint(0, 2, (batch,), device=device),
+    )
+
 
 # --- analytic matmul FLOPs per token (forward) ----------------------------------------------------
 # Base layer: Q/K/V, attention scores and context, output projection, feed-forward.
 # A PAL: V_E, small Q/K/V, small scores and context, V_D. Softmax, LayerNorm, GELU, biases ignored.
 
 
-def base_layer_flops():
+def base_layer_flops(config, T):
+    d = config.hidden_size
     return 2 * d * 3 * d + 2 * 2 * T * d + 2 * d * d + 2 * 2 * d * config.intermediate_size
 
 
-def extra_flops(method):
+def extra_flops(method, config, T):
     """Extra forward matmul FLOPs per token of ``method`` over the whole encoder."""
-    if method in ("pals", "pals_no_share", "low_rank", "pals_top"):
-        pal = adapters.AdapterConfig.load(method)
+    d, L = config.hidden_size, config.num_hidden_layers
+    if method in PAL_METHODS:
+        pal = adapters.AdapterConfig.load(METHODS[method].adapter_config)
         ds = pal.projected_size(d)
         per_layer = 2 * 2 * d * ds
         if pal.inner == "attention":
             per_layer += 2 * ds * 3 * ds + 2 * 2 * T * ds
         return len(pal.layer_indices(L)) * per_layer
     if method == "houlsby":
-        bottleneck = d // adapters.AdapterConfig.load("double_seq_bn").reduction_factor
+        bottleneck = d // adapters.AdapterConfig.load(METHODS["houlsby"].adapter_config).reduction_factor
         return L * 2 * (2 * 2 * d * bottleneck)  # two bottlenecks per layer, down and up each
-    if method in ("lora", "peft_lora"):
-        lora = adapters.AdapterConfig.load("lora")
-        r, matrices = (lora.r, len(lora.attn_matrices)) if method == "lora" else (8, 2)
-        return L * matrices * 2 * 2 * d * r  # A then B, unmerged
+    if method == "lora":
+        lora = adapters.AdapterConfig.load(METHODS["lora"].adapter_config)
+        return L * len(lora.attn_matrices) * 2 * 2 * d * lora.r  # A then B, unmerged
+    if method == "peft_lora":
+        return L * len(PEFT_LORA_DEFAULTS["target_modules"]) * 2 * 2 * d * PEFT_LORA_DEFAULTS["r"]
     return 0
 
 
-def flops_ratio(method):
-    return 1 + extra_flops(method) / (L * base_layer_flops())
+def flops_ratio(method, config, T):
+    return 1 + extra_flops(method, config, T) / (config.num_hidden_layers * base_layer_flops(config, T))
 
 
 # --- the models: one per method, all alive at once so rounds can interleave -----------------------
@@ -138,9 +167,9 @@ def flops_ratio(method):
 class Bench:
     """A model, a task head, and an AdamW optimiser for each training mode."""
 
-    def __init__(self, model, adapter_params, modes):
+    def __init__(self, model, adapter_params, modes, device):
         self.model = model.to(device)
-        self.head = torch.nn.Linear(d, 2).to(device)
+        self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
         self.modes = modes
         self.params = list(self.model.parameters()) + list(self.head.parameters())
         frozen = list(adapter_params) + list(self.head.parameters())
@@ -156,113 +185,127 @@ class Bench:
         return sum(p.numel() for p in self.params if id(p) in ids)
 
 
-def adapter_model(config_name):
-    model = load_model(args.model)
+def method_model(model_name, method):
+    """The base model with one task's parameters of ``method``, and those parameters."""
+    if method == "peft_lora":
+        model = get_peft_model(load_model(model_name), peft_lora_config({}))
+        return model, [p for p in model.parameters() if p.requires_grad]
+    model = load_model(model_name)
     adapters.init(model)
-    model.add_adapter("task", config=config_name)
+    model.add_adapter("task", config=METHODS[method].adapters_config())
     model.train_adapter("task")  # activates it and freezes the base; we set requires_grad per step anyway
     return model, [p for p in model.parameters() if p.requires_grad]
 
 
-benches = {"base": Bench(load_model(args.model), [], ("forward", "train_full"))}
-wrapped = load_model(args.model)
-adapters.init(wrapped)  # no adapter: the cost of the adapters library's plumbing alone
-benches["adapters_init"] = Bench(wrapped, [], ("forward",))
-for method in methods:
-    if method == "peft_lora":
-        model = get_peft_model(load_model(args.model), PeftLoraConfig(r=8, target_modules=["query", "value"]))
-        params = [p for p in model.parameters() if p.requires_grad]
-    else:
-        model, params = adapter_model(ADAPTER_CONFIGS[method])
-    benches[method] = Bench(model, params, ("forward", "train_frozen", "train_full"))
+def build_benches(model_name, methods, device):
+    benches = {"base": Bench(load_model(model_name), [], ("forward", "train_full"), device)}
+    wrapped = load_model(model_name)
+    adapters.init(wrapped)  # no adapter: the cost of the adapters library's plumbing alone
+    benches["adapters_init"] = Bench(wrapped, [], ("forward",), device)
+    for method in methods:
+        model, params = method_model(model_name, method)
+        benches[method] = Bench(model, params, ("forward", "train_frozen", "train_full"), device)
+    return benches
 
-# One model per PAL preset, holding one adapter per task, for Parallel(*tasks) vs one forward per task.
-multitask_models = {}
-for preset in parallel_configs:
-    model = load_model(args.model)
-    adapters.init(model)
-    for task in tasks:
-        model.add_adapter(task, config=preset)
-    multitask_models[preset] = model.to(device).eval()
+
+def build_multitask_models(model_name, presets, tasks, device):
+    """One model per PAL preset, holding one adapter per task, for Parallel(*tasks) vs one forward per task."""
+    models = {}
+    for preset in presets:
+        model = load_model(model_name)
+        adapters.init(model)
+        for task in tasks:
+            model.add_adapter(task, config=preset)
+        models[preset] = model.to(device).eval()
+    return models
 
 
 # --- one measurement of each kind ----------------------------------------------------------------
 
 
-def forward(bench):
+def forward(bench, work):
     bench.model.eval()
     with torch.no_grad():
-        bench.model(input_ids=input_ids, attention_mask=attention_mask)
+        bench.model(input_ids=work.input_ids, attention_mask=work.attention_mask)
 
 
-def train_step(bench, mode):
+def train_step(bench, mode, work):
     bench.model.train()
     trainable = bench.trainable[mode]
     for p in bench.params:
         p.requires_grad_(id(p) in trainable)
-    hidden = bench.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    loss = F.cross_entropy(bench.head(hidden[:, 0]), labels)
+    hidden = bench.model(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
+    loss = F.cross_entropy(bench.head(hidden[:, 0]), work.labels)
     loss.backward()
     optimizer = bench.optimizers[mode]
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # here, so no gradients linger between measurements
 
 
-def parallel_forward(model):
+def parallel_forward(model, tasks, work):
     with torch.no_grad(), AdapterSetup(Parallel(*tasks)):
-        return model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return model(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
 
 
-def separate_forwards(model):
+def separate_forwards(model, tasks, work):
     outputs = []
     with torch.no_grad():
         for task in tasks:
             with AdapterSetup(task):
-                outputs.append(model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+                outputs.append(model(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state)
     return outputs
 
 
-# Parallel must give each task what its own forward gives (the batch is repeated once per task).
-parallel_errors = {}
-for preset, model in multitask_models.items():
-    parallel_errors[preset] = (parallel_forward(model) - torch.cat(separate_forwards(model))).abs().max().item()
-    print(f"{preset}: Parallel({', '.join(tasks)}) vs separate forwards: max abs difference "
-          f"{parallel_errors[preset]:.2e}")
+def parallel_errors(multitask_models, tasks, work):
+    """Parallel must give each task what its own forward gives (the batch is repeated once per task)."""
+    errors = {}
+    for preset, model in multitask_models.items():
+        parallel = parallel_forward(model, tasks, work)
+        errors[preset] = (parallel - torch.cat(separate_forwards(model, tasks, work))).abs().max().item()
+        print(f"{preset}: Parallel({', '.join(tasks)}) vs separate forwards: max abs difference {errors[preset]:.2e}")
+    return errors
 
 
-jobs = {}
-for name, bench in benches.items():
-    for mode in bench.modes:
-        jobs[(name, mode)] = (lambda b=bench: forward(b)) if mode == "forward" else (
-            lambda b=bench, m=mode: train_step(b, m)
-        )
-for preset, model in multitask_models.items():
-    jobs[(f"multitask_{preset}", "parallel")] = lambda m=model: parallel_forward(m)
-    jobs[(f"multitask_{preset}", "separate")] = lambda m=model: separate_forwards(m)
+def make_jobs(benches, multitask_models, tasks, work):
+    """(row, mode) -> a function that runs one measurement."""
+    jobs = {}
+    for name, bench in benches.items():
+        for mode in bench.modes:
+            if mode == "forward":
+                jobs[(name, mode)] = lambda b=bench: forward(b, work)
+            else:
+                jobs[(name, mode)] = lambda b=bench, m=mode: train_step(b, m, work)
+    for preset, model in multitask_models.items():
+        jobs[(f"multitask_{preset}", "parallel")] = lambda m=model: parallel_forward(m, tasks, work)
+        jobs[(f"multitask_{preset}", "separate")] = lambda m=model: separate_forwards(m, tasks, work)
+    return jobs
 
 
-def sync():
-    if on_cuda:
+def sync(device):
+    if device.type == "cuda":
         torch.cuda.synchronize()
 
 
 # --- timing: round-robin, the starting job rotates each round ------------------------------------
 
-keys = list(jobs)
-times = {key: [] for key in keys}
-rounds = args.warmup + args.repeats
-start = time.perf_counter()
-for r in range(rounds):
-    order = keys[r % len(keys):] + keys[: r % len(keys)]
-    for key in order:
-        sync()
-        t0 = time.perf_counter()
-        jobs[key]()
-        sync()
-        if r >= args.warmup:
-            times[key].append(time.perf_counter() - t0)
-    label = "warm-up" if r < args.warmup else "timed"
-    print(f"round {r + 1}/{rounds} ({label}) done, {time.perf_counter() - start:.0f}s elapsed", flush=True)
+
+def time_rounds(jobs, warmup, repeats, device, start):
+    keys = list(jobs)
+    times = {key: [] for key in keys}
+    rounds = warmup + repeats
+    for r in range(rounds):
+        order = keys[r % len(keys):] + keys[: r % len(keys)]
+        for key in order:
+            sync(device)
+            t0 = time.perf_counter()
+            jobs[key]()
+            sync(device)
+            if r >= warmup:
+                times[key].append(time.perf_counter() - t0)
+        label = "warm-up" if r < warmup else "timed"
+        print(f"round {r + 1}/{rounds} ({label}) done, {time.perf_counter() - start:.0f}s elapsed", flush=True)
+    return times
+
 
 # --- memory: one more round, each job alone, peak over what was allocated before it ---------------
 # CPU: resident set size sampled by a thread while the job runs. glibc is told to serve every
@@ -276,15 +319,18 @@ def rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def peak_extra_bytes(job):
+def cuda_peak_extra_bytes(job):
     gc.collect()
-    if on_cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        job()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    job()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def rss_peak_extra_bytes(job, libc):
+    gc.collect()
     if libc is not None:
         libc.malloc_trim(0)
     before = rss_bytes()
@@ -304,27 +350,36 @@ def peak_extra_bytes(job):
     return max(peak[0], rss_bytes()) - before
 
 
-libc = None
-memory = {}
-memory_method = None
-if not args.no_memory:
-    if on_cuda:
-        memory_method = "torch.cuda.max_memory_allocated - memory_allocated before the job"
+def glibc_returning_memory():
+    """glibc with fixed mmap/trim thresholds, so freed big blocks go back at once; None elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: fixed, so freed big blocks are unmapped
+        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def measure_memory(jobs, device, start):
+    """(peak extra bytes per job, how it was measured); ({}, None) where there is no way to measure."""
+    if device.type == "cuda":
+        method, peak = "torch.cuda.max_memory_allocated - memory_allocated before the job", cuda_peak_extra_bytes
     elif Path("/proc/self/statm").exists():
-        memory_method = "peak resident set size (sampled every 0.5 ms) - RSS before the job"
-        try:
-            libc = ctypes.CDLL("libc.so.6")
-            libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD: fixed, so freed big blocks are unmapped
-            libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
-            memory_method += "; glibc mallopt mmap/trim threshold 128 KiB"
-        except (OSError, AttributeError):
-            libc = None
-    if memory_method:
-        for key in keys:
-            memory[key] = peak_extra_bytes(jobs[key])
-        print(f"memory round done, {time.perf_counter() - start:.0f}s elapsed")
+        method = "peak resident set size (sampled every 0.5 ms) - RSS before the job"
+        libc = glibc_returning_memory()
+        if libc is not None:
+            method += "; glibc mallopt mmap/trim threshold 128 KiB"
+
+        def peak(job):
+            return rss_peak_extra_bytes(job, libc)
     else:
         print("no way to measure memory on this platform: skipped")
+        return {}, None
+    memory = {key: peak(job) for key, job in jobs.items()}
+    print(f"memory round done, {time.perf_counter() - start:.0f}s elapsed")
+    return memory, method
+
 
 # --- summarise ----------------------------------------------------------------------------------
 
@@ -335,7 +390,7 @@ def stats(values):
     return {"median": statistics.median(values), "min": values[0], "max": values[-1], "q1": q[0], "q3": q[2]}
 
 
-def paired_ratio(key, reference):
+def paired_ratio(times, key, reference):
     """Median and range over rounds of time[key] / time[reference] within the same round."""
     ratios = [a / b for a, b in zip(times[key], times[reference])]
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
@@ -352,104 +407,75 @@ def mb(n):
     return n / 2**20
 
 
-rows = []
-for name, bench in benches.items():
-    row = {"method": name, "params_total": sum(p.numel() for p in bench.params)}
-    if name not in ("base", "adapters_init"):
-        row["forward_flops_ratio"] = flops_ratio(name)
-    for mode in bench.modes:
-        key = (name, mode)
-        reference = ("base", "forward") if mode == "forward" else ("base", "train_full")
+def method_rows(benches, times, memory, work):
+    rows = []
+    for name, bench in benches.items():
+        row = {"method": name, "params_total": sum(p.numel() for p in bench.params)}
+        if name not in REFERENCE_ROWS:
+            row["forward_flops_ratio"] = flops_ratio(name, work.config, work.length)
+        for mode in bench.modes:
+            key = (name, mode)
+            reference = ("base", "forward") if mode == "forward" else ("base", "train_full")
+            entry = {
+                "seconds": stats(times[key]),
+                "times": times[key],
+                "tokens_per_second": work.tokens / statistics.median(times[key]),
+                "ratio_to_base": paired_ratio(times, key, reference),
+                "ratio_reference": f"base {reference[1]}",
+            }
+            if mode != "forward":
+                entry["trainable_params"] = bench.count(mode)
+                entry["optimizer_state_mb"] = mb(optimizer_state_bytes(bench, mode))
+            if mode == "train_frozen":
+                entry["ratio_to_own_full_step"] = paired_ratio(times, key, (name, "train_full"))
+            if key in memory:
+                entry["peak_extra_mb"] = mb(memory[key])
+            row[mode] = entry
+        rows.append(row)
+    return rows
+
+
+def multitask_summary(presets, tasks, errors, times, memory):
+    multi = {"tasks": tasks}
+    for preset in presets:
+        name = f"multitask_{preset}"
         entry = {
-            "seconds": stats(times[key]),
-            "times": times[key],
-            "tokens_per_second": tokens / statistics.median(times[key]),
-            "ratio_to_base": paired_ratio(key, reference),
-            "ratio_reference": f"base {reference[1]}",
+            "max_abs_difference": errors[preset],
+            "parallel": {"seconds": stats(times[(name, "parallel")])},
+            "separate": {"seconds": stats(times[(name, "separate")])},
+            "parallel_over_separate": paired_ratio(times, (name, "parallel"), (name, "separate")),
         }
-        if mode != "forward":
-            entry["trainable_params"] = bench.count(mode)
-            entry["optimizer_state_mb"] = mb(optimizer_state_bytes(bench, mode))
-        if mode == "train_frozen":
-            entry["ratio_to_own_full_step"] = paired_ratio(key, (name, "train_full"))
-        if key in memory:
-            entry["peak_extra_mb"] = mb(memory[key])
-        row[mode] = entry
-    rows.append(row)
+        for mode in ("parallel", "separate"):
+            if (name, mode) in memory:
+                entry[mode]["peak_extra_mb"] = mb(memory[(name, mode)])
+        multi[preset] = entry
+    return multi
 
-multi = {"tasks": tasks}
-for preset in multitask_models:
-    name = f"multitask_{preset}"
-    entry = {
-        "max_abs_difference": parallel_errors[preset],
-        "parallel": {"seconds": stats(times[(name, "parallel")])},
-        "separate": {"seconds": stats(times[(name, "separate")])},
-        "parallel_over_separate": paired_ratio((name, "parallel"), (name, "separate")),
-    }
-    for mode in ("parallel", "separate"):
-        if (name, mode) in memory:
-            entry[mode]["peak_extra_mb"] = mb(memory[(name, mode)])
-    multi[preset] = entry
 
-checks = []
-if "pals" in benches:
-    fwd = paired_ratio(("pals", "forward"), ("base", "forward"))["median"]
-    checks.append(
+def target_checks(times, work):
+    """The two targets, when PALs were measured."""
+    if ("pals", "forward") not in times:
+        return []
+    fwd = paired_ratio(times, ("pals", "forward"), ("base", "forward"))["median"]
+    frozen = paired_ratio(times, ("pals", "train_frozen"), ("base", "train_full"))["median"]
+    return [
         {
             "what": "PALs forward / base forward",
             "value": fwd,
             "target": f"<= {FORWARD_TARGET}",
-            "flops_estimate": flops_ratio("pals"),
+            "flops_estimate": flops_ratio("pals", work.config, work.length),
             "passed": fwd <= FORWARD_TARGET,
-        }
-    )
-    frozen = paired_ratio(("pals", "train_frozen"), ("base", "train_full"))["median"]
-    checks.append(
+        },
         {
             "what": "PALs training step with the base frozen / full fine-tuning step (base, all weights)",
             "value": frozen,
             "target": f"<= {FROZEN_TARGET}",
             "passed": frozen <= FROZEN_TARGET,
-        }
-    )
+        },
+    ]
 
-# How much of the PALs forward is the adapters library's plumbing (present with any adapter)?
-pals_over_plumbing = (
-    paired_ratio(("pals", "forward"), ("adapters_init", "forward"))["median"] if "pals" in benches else None
-)
 
-machine = machine_info(device)
-results = {
-    "command": command_line(),
-    "machine": machine,
-    "settings": {
-        "model": args.model,
-        "hidden_size": d,
-        "num_layers": L,
-        "batch": B,
-        "length": T,
-        "padding": False,
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "threads": threads,
-        "device": str(device),
-        "attn_implementation": benches["base"].model.config._attn_implementation,
-        "memory_method": memory_method,
-    },
-    "flops": {
-        "base_layer_per_token": base_layer_flops(),
-        "extra_per_token": {m: extra_flops(m) for m in methods},
-        "forward_ratio": {m: flops_ratio(m) for m in methods},
-    },
-    "rows": rows,
-    "multitask": multi,
-    "checks": checks,
-    "pals_forward_over_adapters_init_forward": pals_over_plumbing,
-    "elapsed_seconds": time.perf_counter() - start,
-    "load_average_1_5_15min": {"start": load_at_start, "end": os.getloadavg()},
-}
-
-# --- print and tabulate ---------------------------------------------------------------------------
+# --- tables ---------------------------------------------------------------------------------------
 
 
 def ms(entry):
@@ -462,111 +488,202 @@ def ratio(entry, key="ratio_to_base"):
     return f"{r['median']:.3f} ({r['min']:.2f}-{r['max']:.2f})"
 
 
-speed_header = ["Method", "Forward ms", "x base", "FLOPs x", "Frozen-base step ms", "x full FT",
-                "Full FT step ms", "x full FT", "Forward tok/s"]
-speed_rows = []
-for row in rows:
-    fwd, frozen, full = row.get("forward"), row.get("train_frozen"), row.get("train_full")
-    speed_rows.append(
-        [
-            row["method"] if row["method"] != "base" else "base (full FT = base, all trainable)",
-            ms(fwd) if fwd else "",
-            ratio(fwd) if fwd else "",
-            f"{row['forward_flops_ratio']:.3f}" if "forward_flops_ratio" in row else "1.000",
-            ms(frozen) if frozen else "",
-            ratio(frozen) if frozen else "",
-            ms(full) if full else "",
-            ratio(full) if full else "",
-            f"{fwd['tokens_per_second']:.0f}" if fwd else "",
-        ]
-    )
-memory_header = ["Method", "Params", "Forward peak MB", "Frozen: trainable", "Frozen: peak MB", "Frozen: Adam MB",
-                 "Full: trainable", "Full: peak MB", "Full: Adam MB"]
-memory_rows = []
-for row in rows:
-    cells = [row["method"], f"{row['params_total'] / 1e6:.2f}M"]
-    cells.append(f"{row['forward']['peak_extra_mb']:.0f}" if "peak_extra_mb" in row.get("forward", {}) else "")
-    for mode in ("train_frozen", "train_full"):
-        e = row.get(mode)
-        if e is None:
-            cells += ["", "", ""]
-            continue
-        cells += [
-            f"{e['trainable_params'] / 1e6:.3f}M",
-            f"{e['peak_extra_mb']:.0f}" if "peak_extra_mb" in e else "",
-            f"{e['optimizer_state_mb']:.1f}",
-        ]
-    memory_rows.append(cells)
-
-lines = [
-    f"# Speed and memory: {args.model}",
-    "",
-    f"`{results['command']}`",
-    "",
-    f"{machine['cpu_model']}, {threads} threads, {device}; torch {machine['torch']}, "
-    f"transformers {machine['transformers']}, adapters {machine['adapters']}, peft {machine['peft']}; {machine['date']}. "
-    f"Load average (1 min) {load_at_start[0]:.1f} at the start, {results['load_average_1_5_15min']['end'][0]:.1f} at the end "
-    f"on {machine['cpu_count']} cores (other work on the machine shows up as spread).",
-    f"{args.model}: d={d}, {L} layers, attention `{results['settings']['attn_implementation']}`. "
-    f"Batch {B} x {T} tokens, no padding. {args.warmup} warm-up + {args.repeats} timed rounds, "
-    "round-robin over all rows. Times: median (min-max). Ratios: median (min-max) over rounds of the "
-    "ratio within a round; forward against the base forward, training steps against the base model's "
-    "full fine-tuning step. FLOPs x: analytic matmul FLOPs of the forward over the base's.",
-    "",
-    "## Speed",
-    "",
-    markdown_table(speed_header, speed_rows),
-    "",
-    "## Memory",
-    "",
-    f"Peak extra memory of each job over what was allocated before it ({memory_method or 'not measured'}); "
-    "parameters and AdamW state persist between steps and are not in the peak. "
-    "'Adam MB' is the optimizer state of that mode.",
-    "",
-    markdown_table(memory_header, memory_rows),
-    "",
-    f"## Multi-task inference: {len(tasks)} task adapters ({', '.join(tasks)})",
-    "",
-    f"One forward with `Parallel({', '.join(tasks)})` against {len(tasks)} separate forwards (one per task) "
-    "on the same batch. Parallel repeats the batch at the first layer holding one of the adapters, so only "
-    "the layers below it (with `pals_top`: the bottom half) run once for all tasks.",
-    "",
-    markdown_table(
-        ["Adapters", "Parallel ms", f"{len(tasks)} separate ms", "Parallel / separate", "Parallel peak MB",
-         "Separate peak MB"],
-        [
+def speed_table(rows):
+    header = ["Method", "Forward ms", "x base", "FLOPs x", "Frozen-base step ms", "x full FT",
+              "Full FT step ms", "x full FT", "Forward tok/s"]
+    cells = []
+    for row in rows:
+        fwd, frozen, full = row.get("forward"), row.get("train_frozen"), row.get("train_full")
+        cells.append(
             [
-                preset,
-                ms(m["parallel"]),
-                ms(m["separate"]),
-                ratio(m, "parallel_over_separate"),
-                f"{m['parallel'].get('peak_extra_mb', float('nan')):.0f}",
-                f"{m['separate'].get('peak_extra_mb', float('nan')):.0f}",
+                row["method"] if row["method"] != "base" else "base (full FT = base, all trainable)",
+                ms(fwd) if fwd else "",
+                ratio(fwd) if fwd else "",
+                f"{row['forward_flops_ratio']:.3f}" if "forward_flops_ratio" in row else "1.000",
+                ms(frozen) if frozen else "",
+                ratio(frozen) if frozen else "",
+                ms(full) if full else "",
+                ratio(full) if full else "",
+                f"{fwd['tokens_per_second']:.0f}" if fwd else "",
             ]
-            for preset, m in multi.items()
-            if preset != "tasks"
-        ],
-    ),
-    "",
-    "## Targets",
-    "",
-]
-print()
-print("\n".join(lines[lines.index("## Speed"):]).replace("## ", ""))
-for c in checks:
-    verdict = "PASS" if c["passed"] else "FAIL"
-    extra = f" (matmul FLOPs say {c['flops_estimate']:.3f}x)" if "flops_estimate" in c else ""
-    line = f"{verdict}: {c['what']} = {c['value']:.3f}x, target {c['target']}x{extra}"
-    print(line)
-    lines.append(f"- **{line}**")
-if pals_over_plumbing is not None:
-    line = (f"info: PALs forward / forward of the same model wrapped by adapters.init without adapters = "
-            f"{pals_over_plumbing:.3f}x (the PAL modules alone, without the library's per-layer plumbing)")
-    print(line)
-    lines.append(f"- {line}")
-print(f"elapsed {results['elapsed_seconds']:.0f}s")
+        )
+    return markdown_table(header, cells)
 
-name = args.name or f"speed_memory_{args.model.replace('-', '_')}"
-kwargs = {"out_dir": args.out_dir} if args.out_dir else {}
-json_path, md_path = write_results(name, results, "\n".join(lines), **kwargs)
-print(f"wrote {json_path} and {md_path}")
+
+def memory_table(rows):
+    header = ["Method", "Params", "Forward peak MB", "Frozen: trainable", "Frozen: peak MB", "Frozen: Adam MB",
+              "Full: trainable", "Full: peak MB", "Full: Adam MB"]
+    cells = []
+    for row in rows:
+        line = [row["method"], f"{row['params_total'] / 1e6:.2f}M"]
+        line.append(f"{row['forward']['peak_extra_mb']:.0f}" if "peak_extra_mb" in row.get("forward", {}) else "")
+        for mode in ("train_frozen", "train_full"):
+            e = row.get(mode)
+            if e is None:
+                line += ["", "", ""]
+                continue
+            line += [
+                f"{e['trainable_params'] / 1e6:.3f}M",
+                f"{e['peak_extra_mb']:.0f}" if "peak_extra_mb" in e else "",
+                f"{e['optimizer_state_mb']:.1f}",
+            ]
+        cells.append(line)
+    return markdown_table(header, cells)
+
+
+def multitask_table(multi):
+    n = len(multi["tasks"])
+    header = ["Adapters", "Parallel ms", f"{n} separate ms", "Parallel / separate", "Parallel peak MB",
+              "Separate peak MB"]
+    cells = [
+        [
+            preset,
+            ms(m["parallel"]),
+            ms(m["separate"]),
+            ratio(m, "parallel_over_separate"),
+            f"{m['parallel'].get('peak_extra_mb', float('nan')):.0f}",
+            f"{m['separate'].get('peak_extra_mb', float('nan')):.0f}",
+        ]
+        for preset, m in multi.items()
+        if preset != "tasks"
+    ]
+    return markdown_table(header, cells)
+
+
+def report_lines(results):
+    """The Markdown report up to its "Targets" heading (the target lines are added as they print)."""
+    machine, s, multi = results["machine"], results["settings"], results["multitask"]
+    load = results["load_average_1_5_15min"]
+    tasks = ", ".join(multi["tasks"])
+    return [
+        f"# Speed and memory: {s['model']}",
+        "",
+        f"`{results['command']}`",
+        "",
+        f"{machine['cpu_model']}, {s['threads']} threads, {s['device']}; torch {machine['torch']}, "
+        f"transformers {machine['transformers']}, adapters {machine['adapters']}, peft {machine['peft']}; "
+        f"{machine['date']}. Load average (1 min) {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end "
+        f"on {machine['cpu_count']} cores (other work on the machine shows up as spread).",
+        f"{s['model']}: d={s['hidden_size']}, {s['num_layers']} layers, attention `{s['attn_implementation']}`. "
+        f"Batch {s['batch']} x {s['length']} tokens, no padding. {s['warmup']} warm-up + {s['repeats']} timed rounds, "
+        "round-robin over all rows. Times: median (min-max). Ratios: median (min-max) over rounds of the "
+        "ratio within a round; forward against the base forward, training steps against the base model's "
+        "full fine-tuning step. FLOPs x: analytic matmul FLOPs of the forward over the base's.",
+        "",
+        "## Speed",
+        "",
+        speed_table(results["rows"]),
+        "",
+        "## Memory",
+        "",
+        f"Peak extra memory of each job over what was allocated before it ({s['memory_method'] or 'not measured'}); "
+        "parameters and AdamW state persist between steps and are not in the peak. "
+        "'Adam MB' is the optimizer state of that mode.",
+        "",
+        memory_table(results["rows"]),
+        "",
+        f"## Multi-task inference: {len(multi['tasks'])} task adapters ({tasks})",
+        "",
+        f"One forward with `Parallel({tasks})` against {len(multi['tasks'])} separate forwards (one per task) "
+        "on the same batch. Parallel repeats the batch at the first layer holding one of the adapters, so only "
+        "the layers below it (with `pals_top`: the bottom half) run once for all tasks.",
+        "",
+        multitask_table(multi),
+        "",
+        "## Targets",
+        "",
+    ]
+
+
+def check_line(check):
+    extra = f" (matmul FLOPs say {check['flops_estimate']:.3f}x)" if "flops_estimate" in check else ""
+    return verdict_line(check["passed"], f"{check['what']} = {check['value']:.3f}x, target {check['target']}x{extra}")
+
+
+def plumbing_line(results):
+    """How much of the PALs forward is the adapters library's own plumbing; None without PALs."""
+    plumbing = results["pals_forward_over_adapters_init_forward"]
+    if plumbing is None:
+        return None
+    return (f"info: PALs forward / forward of the same model wrapped by adapters.init without adapters = "
+            f"{plumbing:.3f}x (the PAL modules alone, without the library's per-layer plumbing)")
+
+
+# --- the benchmark, top to bottom -----------------------------------------------------------------
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # adapters warns "adapters available but none are activated" whenever it switches adapters.
+    logging.getLogger("adapters.model_mixin").setLevel(logging.ERROR)
+    load_at_start = os.getloadavg()
+    threads = args.threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    device = pick_device(args.device)
+    work = make_workload(args.model, args.batch, args.length, device)
+    config = work.config
+    print(f"{args.model}: d={config.hidden_size}, {config.num_hidden_layers} layers | "
+          f"batch {args.batch} x {args.length} tokens | {device}, {threads} threads")
+
+    benches = build_benches(args.model, args.methods, device)
+    multitask_models = build_multitask_models(args.model, args.parallel_configs, args.tasks, device)
+    errors = parallel_errors(multitask_models, args.tasks, work)
+    jobs = make_jobs(benches, multitask_models, args.tasks, work)
+
+    start = time.perf_counter()
+    times = time_rounds(jobs, args.warmup, args.repeats, device, start)
+    memory, memory_method = ({}, None) if args.no_memory else measure_memory(jobs, device, start)
+
+    rows = method_rows(benches, times, memory, work)
+    has_pals = ("pals", "forward") in times
+    results = {
+        "command": command_line(__file__, argv),
+        "machine": machine_info(device),
+        "settings": {
+            "model": args.model,
+            "hidden_size": config.hidden_size,
+            "num_layers": config.num_hidden_layers,
+            "batch": args.batch,
+            "length": args.length,
+            "padding": False,
+            "warmup": args.warmup,
+            "repeats": args.repeats,
+            "threads": threads,
+            "device": str(device),
+            "attn_implementation": benches["base"].model.config._attn_implementation,
+            "memory_method": memory_method,
+        },
+        "flops": {
+            "base_layer_per_token": base_layer_flops(config, args.length),
+            "extra_per_token": {m: extra_flops(m, config, args.length) for m in args.methods},
+            "forward_ratio": {m: flops_ratio(m, config, args.length) for m in args.methods},
+        },
+        "rows": rows,
+        "multitask": multitask_summary(args.parallel_configs, args.tasks, errors, times, memory),
+        "checks": target_checks(times, work),
+        # How much of the PALs forward is the adapters library's plumbing (present with any adapter)?
+        "pals_forward_over_adapters_init_forward": (
+            paired_ratio(times, ("pals", "forward"), ("adapters_init", "forward"))["median"] if has_pals else None
+        ),
+        "elapsed_seconds": time.perf_counter() - start,
+        "load_average_1_5_15min": {"start": load_at_start, "end": os.getloadavg()},
+    }
+
+    lines = report_lines(results)
+    print()
+    print("\n".join(lines[lines.index("## Speed"):]).replace("## ", ""))
+    for check in results["checks"]:
+        print(check_line(check))
+        lines.append(f"- **{check_line(check)}**")
+    info = plumbing_line(results)
+    if info is not None:
+        print(info)
+        lines.append(f"- {info}")
+    print(f"elapsed {results['elapsed_seconds']:.0f}s")
+    name = args.name or f"speed_memory_{args.model.replace('-', '_')}"
+    write_results(name, results, "\n".join(lines), args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
