@@ -15,7 +15,10 @@ import pytest
 from helpers import REPO, glue_dir
 
 DOCS = REPO / "docs"
-EXAMPLE_PAGES = ["index.md", "pals.md", "quickstart.md", "adapters-api.md", "data-and-sampling.md"]
+EXAMPLE_PAGES = [
+    "index.md", "pals.md", "quickstart.md", "adapters-api.md", "architecture.md", "data-and-sampling.md",
+    "user-tasks.md",
+]
 NEEDS_GLUE = {"quickstart.md", "data-and-sampling.md"}
 
 
@@ -71,6 +74,33 @@ def _user_task_files(folder):
     )
 
 
+def _own_task_files(folder):
+    """The task file of user-tasks.md and the data files it names: five-class sentiment, paraphrase
+    pairs, a similarity score."""
+    (folder / "tasks.yaml").write_text(blocks("user-tasks.md", "yaml")[0], encoding="utf-8")
+    words = ["awful", "dull", "fine", "good", "wonderful"]
+    reviews = [(f"a {word} film part {i}", str(stars)) for i in range(4) for stars, word in enumerate(words, 1)]
+    for folder_name in ("sentiment", "paraphrase", "similarity"):
+        (folder / folder_name).mkdir()
+    for split in ("train", "dev"):
+        rows = "".join(f"{text},{stars}\n" for text, stars in reviews)
+        (folder / "sentiment" / f"{split}.csv").write_text("review,stars\n" + rows, encoding="utf-8")
+        pairs = "".join(
+            f"the cat sat on mat {i}\t{'a cat was sitting on the mat' if i % 2 else 'stocks fell today'}\t{i % 2}\n"
+            for i in range(12)
+        )
+        (folder / "paraphrase" / f"{split}.tsv").write_text("sentence1\tsentence2\tis_paraphrase\n" + pairs,
+                                                             encoding="utf-8")
+        scores = "".join(
+            f'{{"first": "a man plays music {i}", "second": "a man {"plays" if i % 2 else "sleeps"} {i}", '
+            f'"score": {i % 6}}}\n'
+            for i in range(12)
+        )
+        (folder / "similarity" / f"{split}.jsonl").write_text(scores, encoding="utf-8")
+    tests = "".join(f"{text}\n" for text, _ in reviews[:6])
+    (folder / "sentiment" / "test.csv").write_text("review\n" + tests, encoding="utf-8")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", EXAMPLE_PAGES)
@@ -84,6 +114,8 @@ def test_python_examples_run(page, tmp_path):
     code = code.replace('"bert-base-uncased"', repr(str(minilm.get_model_path())))
     if page == "data-and-sampling.md":
         _user_task_files(tmp_path)
+    if page == "user-tasks.md":
+        _own_task_files(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if glue is not None:
         env["GLUE_DIR"] = str(glue)
