@@ -43,6 +43,7 @@ class RunConfig:
     alpha: Optional[float] = None  # for sampler "temperature"
     max_steps: int = 60000
     batch_size: int = 32
+    group_by_length: bool = True  # batches of similar-length examples within a task (less padding)
     max_length: int = 128
     lr: float = 2e-5
     adapter_lr: Optional[float] = None  # task-specific parameters; default: lr
@@ -141,6 +142,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
     batches = MultiTaskBatches(
         train, sampler, tokenizer, config.batch_size, config.max_steps,
         world_size=world_size, seed=config.seed, all_tasks=config.sampler == "mt_uncertainty",
+        group_by_length=config.group_by_length,
     )
     evaluate_during = config.eval_steps is not None
     args = TrainingArguments(
