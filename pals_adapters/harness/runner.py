@@ -54,6 +54,7 @@ class RunConfig:
     alpha: float | None = _setting(None, "exponent of the temperature sampler (p_i ~ N_i^alpha)")
     max_steps: int = _setting(60000, "training steps (one batch of one task each)")
     batch_size: int = _setting(32, "examples per training step")
+    group_by_length: bool = _setting(True, "batch examples of similar length within a task (less padding; every example once per pass)")
     max_length: int = _setting(128, "tokens per example (longer ones are truncated)")
     lr: float = _setting(2e-5, "peak learning rate of the shared encoder (AdamW, warm-up then linear decay)")
     adapter_lr: float | None = _setting(None, "learning rate of the task-specific parameters (default: lr)")
@@ -152,6 +153,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
     batches = MultiTaskBatches(
         train, sampler, tokenizer, config.batch_size, config.max_steps,
         world_size=world_size, seed=config.seed, all_tasks=config.sampler == "mt_uncertainty",
+        group_by_length=config.group_by_length,
     )
     evaluate_during = config.eval_steps is not None
     args = TrainingArguments(
