@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 import datasets
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils.data import Dataset
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
@@ -110,6 +111,9 @@ class MultiTaskBatches(Dataset):
     With ``group_by_length`` each permutation is rearranged so that a batch holds examples of
     similar length (less padding; still every example once per pass, still a function of the seed).
     With ``all_tasks=True`` (MT-Uncertainty) an item holds one candidate batch of every task.
+    With ``mixed=True`` an item mixes tasks: each of its ``batch_size`` examples takes a task drawn
+    from the sampler's distribution at that step (a function of the seed, step and rank), the
+    examples of each task come next from that task's stream, and ``task_ids`` says whose each row is.
     ``features="collator"`` builds batches the older way (``dataset[rows]`` and the padding
     collator at every step; same tensors), kept for the throughput benchmark.
     """
@@ -126,6 +130,7 @@ class MultiTaskBatches(Dataset):
         all_tasks: bool = False,
         group_by_length: bool = False,
         features: str = "arrays",
+        mixed: bool = False,
     ):
         self.train_sets = train_sets
         self.task_names = list(train_sets)
@@ -133,9 +138,12 @@ class MultiTaskBatches(Dataset):
             raise ValueError(f"sampler tasks {sampler.task_names} differ from the data's {self.task_names}")
         if features not in ("arrays", "collator"):
             raise ValueError(f"features={features!r}: choose 'arrays' or 'collator'")
+        if mixed and (all_tasks or features != "arrays"):
+            raise ValueError("mixed batches are built from the feature arrays, one sampler draw per example")
         self.collate = DataCollatorWithPadding(tokenizer)
         self.features = features
         pad = tokenizer.pad_token_id or 0
+        self.pad_token_id = pad
         # The arrays are needed for the lengths even when batches come from the collator.
         self.task_features = [TaskFeatures(train_sets[name], pad) for name in self.task_names] \
             if (features == "arrays" or group_by_length) else None
@@ -152,13 +160,31 @@ class MultiTaskBatches(Dataset):
         for task in self.schedule:
             self.occurrence.append(seen[task])
             seen[task] += 1
+        self.mixed = mixed
+        if mixed:
+            self.mix_counts, self.mix_starts = self._mixed_schedule(sampler)
         self._permutations: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+
+    def _mixed_schedule(self, sampler: TaskSampler) -> tuple:
+        """Examples per task of every item, and where each task's stream stands before it."""
+        items = self.total_steps * self.world_size
+        counts = np.zeros((items, len(self.task_names)), dtype=np.int64)
+        for item in range(items):
+            step, rank = divmod(item, self.world_size)
+            draws = np.random.default_rng([self.seed, step, rank, 7]).choice(
+                len(self.task_names), size=self.batch_size, p=sampler.probabilities(step)
+            )
+            counts[item] = np.bincount(draws, minlength=len(self.task_names))
+        starts = np.cumsum(counts, axis=0) - counts  # exclusive running sum per task
+        return counts, starts
 
     def __len__(self) -> int:
         return self.total_steps * self.world_size
 
     def __getitem__(self, item: int) -> dict:
         step, rank = divmod(item, self.world_size)
+        if self.mixed:
+            return self.mixed_batch(item)
         if self.all_tasks:
             draw = step * self.world_size + rank
             return {"candidates": {name: self.task_batch(t, draw) for t, name in enumerate(self.task_names)}}
@@ -168,9 +194,32 @@ class MultiTaskBatches(Dataset):
 
     def task_indices(self, task: int, draw: int) -> List[int]:
         """Row indices of the ``draw``-th batch of ``task``'s example stream."""
+        return self.stream_indices(task, draw * self.batch_size, self.batch_size)
+
+    def stream_indices(self, task: int, start: int, count: int) -> List[int]:
+        """Row indices at positions ``start .. start + count - 1`` of ``task``'s example stream."""
         size = len(self.train_sets[self.task_names[task]])
-        positions = range(draw * self.batch_size, (draw + 1) * self.batch_size)
-        return [int(self._permutation(task, pos // size, size)[pos % size]) for pos in positions]
+        return [int(self._permutation(task, pos // size, size)[pos % size]) for pos in range(start, start + count)]
+
+    def mixed_batch(self, item: int) -> dict:
+        """One batch of several tasks (rows grouped by task, in task order) with ``task_ids``."""
+        parts, task_ids = [], []
+        for task, count in enumerate(self.mix_counts[item]):
+            if count:
+                indices = self.stream_indices(task, int(self.mix_starts[item, task]), int(count))
+                parts.append(self.task_features[task].batch(indices))
+                task_ids += [task] * int(count)
+        width = max(part["input_ids"].shape[1] for part in parts)
+        pads = {"input_ids": self.pad_token_id, "attention_mask": 0, "token_type_ids": 0}
+        batch = {
+            name: torch.cat([F.pad(part[name], (0, width - part[name].shape[1]), value=value) for part in parts])
+            for name, value in pads.items()
+            if name in parts[0]
+        }
+        # one dtype for every task's labels: class indices are exact in float32
+        batch["labels"] = torch.cat([part["labels"].to(torch.float32) for part in parts])
+        batch["task_ids"] = torch.tensor(task_ids, dtype=torch.long)
+        return batch
 
     def task_batch(self, task: int, draw: int) -> dict:
         """The ``draw``-th batch of ``task``'s example stream, padded and as tensors."""

@@ -18,6 +18,7 @@ from .batches import MultiTaskBatches, tokenize, unwrap_single_item
 from .checkpoints import RUN_CONFIG, last_complete_checkpoint
 from .data import load_split
 from .export import export_run
+from .backends import get_backend
 from .methods import METHODS, check_base_mode, get_method
 from .model import build_model, resolve_model
 from .report import parameter_summary, task_metrics
@@ -25,6 +26,7 @@ from .sampling import STRATEGIES, make_sampler
 from .tasks import GLUE_TASKS, TaskSpec, get_task, load_task_specs
 from .trainer import MultiTaskTrainer
 
+BATCHINGS = ("per-task", "mixed")
 PAPER_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 
@@ -50,6 +52,10 @@ class RunConfig:
     method: str = _setting("pals", f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]")
     base: str = _setting("finetune", "the shared encoder: finetune (trained with the tasks, as the paper) or frozen")
     sampler: str = _setting("annealed", f"which task each step trains: {', '.join(STRATEGIES)}")
+    batching: str = _setting(
+        "per-task", "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
+        "adapters methods, shared and full)"
+    )
     steps_per_epoch: int = _setting(2400, "steps of one annealing 'epoch' (the paper: 2400 for 8 tasks)")
     alpha: float | None = _setting(None, "exponent of the temperature sampler (p_i ~ N_i^alpha)")
     max_steps: int = _setting(60000, "training steps (one batch of one task each)")
@@ -84,6 +90,16 @@ class RunConfig:
             raise ConfigError("tasks: give at least one task")
         if self.select_best and not self.eval_steps:
             raise ConfigError("select_best needs eval_steps (checkpoints to choose from)")
+        if self.batching not in BATCHINGS:
+            raise UnknownNameError("batching", self.batching, BATCHINGS)
+        if self.batching == "mixed":
+            method = get_method(self.method)
+            if not get_backend(method.kind).supports_mixed_batches:
+                raise ConfigError(
+                    f"batching=mixed: method {method.name!r} cannot train several tasks in one batch "
+                    f"({'PEFT trains one active adapter at a time' if method.kind == 'peft' else 'per-task layers on top'}); "
+                    "use batching per-task, or an adapters method (pals, houlsby, lora), shared or full"
+                )
         if self.precision not in ("fp32", "fp16", "bf16"):
             raise ConfigError(f"precision={self.precision!r}: choose fp32, fp16 or bf16")
 
@@ -154,6 +170,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         train, sampler, tokenizer, config.batch_size, config.max_steps,
         world_size=world_size, seed=config.seed, all_tasks=config.sampler == "mt_uncertainty",
         group_by_length=config.group_by_length,
+        mixed=config.batching == "mixed" and config.sampler != "mt_uncertainty",  # MT-U picks its own mix
     )
     evaluate_during = config.eval_steps is not None
     args = TrainingArguments(
@@ -200,6 +217,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         eval_sets=dev,
         adapter_lr=config.adapter_lr,
         example_batch_size=config.batch_size,
+        mixed_batches=config.batching == "mixed",
     )
 
 

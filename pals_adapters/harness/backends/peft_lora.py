@@ -36,6 +36,8 @@ def lora_config(overrides: dict):
 class PeftLoraBackend(MethodBackend):
     kind = "peft"
     weight_files = ("adapter_model.safetensors", "adapter_model.bin")
+    # PEFT routes mixed batches (adapter_names=) in inference only; its training refuses mixed adapters.
+    supports_mixed_batches = False
 
     def __init__(self, method):
         super().__init__(method)
