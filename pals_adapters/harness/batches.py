@@ -7,7 +7,7 @@ with accelerate's usual round-robin sharding every rank trains the same task at 
 """
 
 from collections import OrderedDict
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import datasets
 import numpy as np

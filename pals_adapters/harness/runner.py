@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import datasets
 import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
@@ -17,7 +18,9 @@ from ..errors import ConfigError, UnknownNameError
 from .batches import MultiTaskBatches, tokenize, unwrap_single_item
 from .checkpoints import RUN_CONFIG, last_complete_checkpoint
 from .data import load_split
-from .export import export_run
+from .export import export_run, fingerprint_model
+from .export.write import export_added_task
+from .extend import check_new_tasks, shared_base_of
 from .backends import get_backend
 from .methods import METHODS, check_base_mode, get_method
 from .model import build_model, resolve_model
@@ -78,6 +81,10 @@ class RunConfig:
     resume: str | None = _setting(None, "'last' (the newest complete checkpoint of output_dir) or a checkpoint folder")
     precision: str = _setting("fp32", "fp32, or fp16 / bf16 on a GPU")
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
+    add_to: str | None = _setting(
+        None, "export folder of a trained run: train only the new tasks against its shared base (which stays "
+        "frozen: needs base=frozen and the run's method) and export them next to its tasks"
+    )
     report_to: list[str] = _setting([], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only")
 
     def validate(self) -> None:
@@ -100,6 +107,11 @@ class RunConfig:
                     f"({'PEFT trains one active adapter at a time' if method.kind == 'peft' else 'per-task layers on top'}); "
                     "use batching per-task, or an adapters method (pals, houlsby, lora), shared or full"
                 )
+        if self.add_to is not None and self.base != "frozen":
+            raise ConfigError(
+                f"add_to={self.add_to}: the shared base of an export stays as it is (its other tasks need it): "
+                "set base=frozen"
+            )
         if self.precision not in ("fp32", "fp16", "bf16"):
             raise ConfigError(f"precision={self.precision!r}: choose fp32, fp16 or bf16")
 
@@ -130,7 +142,7 @@ def resolve_tasks(config: RunConfig) -> dict[str, TaskSpec]:
     return resolve_task_names(config.tasks, config.task_file)
 
 
-def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, "datasets.Dataset"]:
+def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, datasets.Dataset]:
     """Tokenised training set per task (a seeded random subset if ``max_train_examples``)."""
     train = {}
     for name, spec in specs.items():
@@ -141,7 +153,7 @@ def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) ->
     return train
 
 
-def load_dev_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, dict[str, "datasets.Dataset"]]:
+def load_dev_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, dict[str, datasets.Dataset]]:
     """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
     dev = {}
     for name, spec in specs.items():
@@ -226,9 +238,18 @@ def run(config: RunConfig) -> dict:
     config.validate()
     set_seed(config.seed)
     specs = resolve_tasks(config)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    method = get_method(config.method)
+    shared = None
+    base_source = config.model
+    if config.add_to is not None:
+        shared = shared_base_of(config.add_to)
+        check_new_tasks(shared, specs, method)
+        base_source = shared.source
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
-    model = build_model(config.model, specs, get_method(config.method), config.base)
+    model = build_model(base_source, specs, method, config.base)
+    if shared is not None and fingerprint_model(model) != shared.fingerprint:
+        raise ConfigError(f"add_to={config.add_to}: the base loaded from {base_source} is not the export's base")
     trainer = build_trainer(config, model, tokenizer, train, dev)
     if trainer.is_world_process_zero():
         # Written first, so that the checkpoints of an interrupted run can still be exported.
@@ -248,7 +269,15 @@ def run(config: RunConfig) -> dict:
     }
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
-        if config.export:
+        if config.export and shared is not None:
+            results["exports"] = {
+                task: str(export_added_task(
+                    model, task, shared.export_dir, base_mode=shared.base_mode, base_model_name=shared.base_model_name,
+                    metrics=task_metrics(results["metrics"], task, specs), max_length=config.max_length,
+                ))
+                for task in specs
+            }
+        elif config.export:
             per_task = {t: task_metrics(results["metrics"], t, specs) for t in specs}
             exported = export_run(
                 model,
