@@ -15,13 +15,13 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from ..errors import ConfigError, UnknownNameError
+from .backends import get_backend
 from .batches import MultiTaskBatches, tokenize, unwrap_single_item
 from .checkpoints import RUN_CONFIG, last_complete_checkpoint
 from .data import load_split
 from .export import export_run, fingerprint_model
 from .export.write import export_added_task
 from .extend import check_new_tasks, shared_base_of
-from .backends import get_backend
 from .methods import METHODS, check_base_mode, get_method
 from .model import build_model, resolve_model
 from .report import parameter_summary, task_metrics
