@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from transformers import AutoTokenizer
 
 from ..errors import PalsError
 from .accounting import count_method_parameters
@@ -28,14 +27,14 @@ from .batches import tokenize
 from .data import load_split
 from .evaluation import evaluate_tasks, predict
 from .export import load_task
-from .export.manifest import manifest_contents, read_task_manifest
-from .export.read import task_spec_of
+from .export.manifest import read_task_manifest
+from .export.read import task_folders, task_spec_of
 from .metrics import glue_average
-from .model import resolve_model
 from .reexport import export_checkpoint
 from .report import results_table
 from .runner import RunConfig, resolve_task_names, run
 from .sampling import STRATEGIES, format_schedule, make_sampler, plot_schedule, schedule
+from .serving import DEFAULT_MAX_LENGTH, MultiTaskPredictor, read_requests, tokenizer_for
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -93,28 +92,15 @@ def cmd_train(args) -> None:
     print(f"results: {Path(args.output_dir) / 'results.json'}")
 
 
-def _task_dirs(path: Path) -> list[Path]:
-    """An export folder of one task, or a run's export folder holding several."""
-    if manifest_contents(path) == "task":
-        return [path]
-    dirs = sorted(p for p in path.iterdir() if manifest_contents(p) == "task") if path.is_dir() else []
-    if not dirs:
-        raise PalsError(f"{path}: no task manifest.json here or in its sub-folders; point to a task export folder")
-    return dirs
-
-
 def _load_export(task_dir: Path, args):
     """The task's model, tokenizer, spec (as trained, from the export) and max length."""
     manifest = read_task_manifest(task_dir)
     model = load_task(task_dir, base=args.base_model)
-    tokenizer_source = args.base_model or resolve_model(manifest.base_model_name or "")
-    if args.base_model is None and manifest.base_path and (task_dir / manifest.base_path / "tokenizer_config.json").is_file():
-        tokenizer_source = str(task_dir / manifest.base_path)
     spec = task_spec_of(manifest, task_dir)
     if args.task_file:
         _check_task_file(spec, args.task_file)
-    max_length = args.max_length or manifest.max_length or 128
-    return model, AutoTokenizer.from_pretrained(tokenizer_source), spec, max_length
+    max_length = args.max_length or manifest.max_length or DEFAULT_MAX_LENGTH
+    return model, tokenizer_for(task_dir, manifest, args.base_model), spec, max_length
 
 
 def _check_task_file(trained, task_file: str) -> None:
@@ -134,7 +120,7 @@ def _check_task_file(trained, task_file: str) -> None:
 
 def cmd_evaluate(args) -> None:
     scores = {}
-    for task_dir in _task_dirs(Path(args.export)):
+    for task_dir in task_folders(args.export):
         model, tokenizer, spec, max_length = _load_export(task_dir, args)
         task = spec.name
         splits = {
@@ -152,10 +138,13 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_predict(args) -> None:
-    """GLUE-format prediction files (``index<TAB>prediction``) for the test sets."""
+    """GLUE-format prediction files (``index<TAB>prediction``) for the test sets, or with ``--input``
+    the answers to a file of requests that each name their task (all tasks on one model)."""
+    if args.input:
+        return _predict_requests(args)
     out = Path(args.out)
     jobs = []
-    for task_dir in _task_dirs(Path(args.export)):
+    for task_dir in task_folders(args.export):
         model, tokenizer, spec, max_length = _load_export(task_dir, args)
         if not spec.test_splits:
             raise PalsError(f"task {spec.name!r} has no test split to predict; add 'test: FILE' to its task")
@@ -173,6 +162,24 @@ def cmd_predict(args) -> None:
             lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(data["idx"], values)]
             path.write_text("\n".join(lines) + "\n")
             print(f"{path}: {len(values)} predictions")
+
+
+def _predict_requests(args) -> None:
+    requests = read_requests(args.input)
+    predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model)
+    if args.max_length:
+        predictor.max_length = {task: args.max_length for task in predictor.max_length}
+    answers = predictor.predict(requests)
+    out = Path(args.out)
+    if out.is_dir() or not out.suffix:
+        out = out / "predictions.tsv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["id\ttask\tprediction"]
+    for position, (request, answer) in enumerate(zip(requests, answers)):
+        label = f"{answer.label:.3f}" if isinstance(answer.label, float) else answer.label
+        lines.append(f"{request.get('id', position)}\t{answer.task}\t{label}")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"{out}: {len(answers)} predictions for tasks {sorted(set(a.task for a in answers))}")
 
 
 def cmd_export(args) -> None:
@@ -221,7 +228,15 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
         p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
         p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
         if name == "predict":
-            p.add_argument("--out", required=True, help="folder for the prediction files")
+            p.add_argument(
+                "--out", required=True,
+                help="folder for the GLUE-format files; with --input, the predictions file (TSV: id, task, prediction)",
+            )
+            p.add_argument(
+                "--input", default=None,
+                help="CSV/TSV/JSONL of requests with columns task, text, text_b (pairs) and optional id: "
+                "all tasks answered by one model on one base",
+            )
         p.set_defaults(func=func)
 
     export = sub.add_parser("export", help="per-task exports of a run's checkpoint (train exports at the end)")

@@ -18,11 +18,8 @@ no row is ever skipped.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 

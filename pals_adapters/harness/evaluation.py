@@ -5,30 +5,43 @@ from typing import Dict
 import datasets
 import numpy as np
 import torch
-from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from .batches import rows_to_features
+from .batches import TaskFeatures
 from .metrics import compute_metrics, glue_average, task_score
 
 
 @torch.no_grad()
 def predict(
-    model, task: str, dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, batch_size: int = 64
+    model,
+    task: str,
+    dataset: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    batch_size: int = 64,
+    sort_by_length: bool = True,
 ) -> np.ndarray:
-    """Logits of ``task`` for every row of a tokenised dataset, in row order."""
-    collate = DataCollatorWithPadding(tokenizer)
+    """Logits of ``task`` for every row of a tokenised dataset, in row order.
+
+    ``sort_by_length`` runs the rows in order of length (each batch padded to its own longest row,
+    so little padding) and puts the logits back in row order; the logits are the same either way.
+    """
+    features = TaskFeatures(dataset, tokenizer.pad_token_id or 0)
+    order = np.argsort(-features.lengths, kind="stable") if sort_by_length else np.arange(len(features))
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     outputs = []
-    for start in range(0, len(dataset), batch_size):
-        rows = rows_to_features(dataset, range(start, min(start + batch_size, len(dataset))))
-        batch = collate(rows)
+    for start in range(0, len(order), batch_size):
+        batch = features.batch(order[start : start + batch_size])
         batch.pop("labels", None)
         batch = {k: v.to(device) for k, v in batch.items()}
         outputs.append(model(task=task, **batch)["logits"].float().cpu().numpy())
     model.train(was_training)
-    return np.concatenate(outputs) if outputs else np.zeros((0, model.tasks[task].num_labels))
+    if not outputs:
+        return np.zeros((0, model.tasks[task].num_labels))
+    logits = np.empty_like(np.concatenate(outputs))
+    logits[order] = np.concatenate(outputs)
+    return logits
 
 
 def split_suffix(split: str) -> str:
@@ -42,6 +55,7 @@ def evaluate_tasks(
     eval_sets: Dict[str, Dict[str, datasets.Dataset]],
     tokenizer: PreTrainedTokenizerBase,
     batch_size: int = 64,
+    sort_by_length: bool = True,
 ) -> Dict[str, float]:
     """Flat metrics: ``<task>_[<split>_]<metric>``, ``<task>_score`` and ``average`` (fractions)."""
     results: Dict[str, float] = {}
@@ -50,7 +64,7 @@ def evaluate_tasks(
         spec = model.tasks[task]
         split_scores = []
         for split, dataset in splits.items():
-            logits = predict(model, task, dataset, tokenizer, batch_size)
+            logits = predict(model, task, dataset, tokenizer, batch_size, sort_by_length)
             metrics = compute_metrics(spec, logits, np.asarray(dataset["label"]))
             for name, value in metrics.items():
                 results[f"{task}_{split_suffix(split)}{name}"] = value

@@ -94,17 +94,23 @@ class MultiTaskModel(nn.Module):
 
     def forward(
         self,
-        task: str,
-        input_ids: torch.Tensor,
+        task: str | None = None,
+        input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        task_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
+        """One task's batch (``task=``), or a batch mixing tasks (``task_ids=``, row ``i`` belongs to
+        ``list(self.tasks)[task_ids[i]]``; see `forward_mixed`)."""
+        if task_ids is not None:
+            if task is not None:
+                raise ConfigError("give task= (one task per batch) or task_ids= (a row each), not both")
+            return self.forward_mixed(task_ids, input_ids, attention_mask, token_type_ids, labels)
+        if task is None:
+            raise ConfigError(f"name the task: model(task=..., ...); this model's tasks are {list(self.tasks)}")
         with self.activated(task):
-            kwargs = {"attention_mask": attention_mask}
-            if token_type_ids is not None:
-                kwargs["token_type_ids"] = token_type_ids
-            sequence = self.encoder(input_ids=input_ids, **kwargs).last_hidden_state
+            sequence = self.encoder(input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)).last_hidden_state
         sequence = self.backend.after_encoder(self, task, sequence, attention_mask)
         pooled = self.backbone.pooler(sequence)
         logits = self.heads[task](self.dropout(pooled))
@@ -112,6 +118,46 @@ class MultiTaskModel(nn.Module):
         if labels is not None:
             out["loss"] = task_loss(self.tasks[task], logits, labels)
         return out
+
+    def forward_mixed(
+        self,
+        task_ids: torch.Tensor,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> dict:
+        """A batch of several tasks in one encoder forward. Each task's head scores its own rows; the
+        loss is the mean over the tasks present of each task's mean loss, as CA-MTL computes it.
+        Returns ``loss`` (with labels) and ``logits`` as ``{task: logits of its rows, in row order}``."""
+        names = list(self.tasks)
+        if task_ids.dim() != 1 or task_ids.shape[0] != input_ids.shape[0]:
+            raise ConfigError(f"task_ids must hold one task index per row: shape {tuple(task_ids.shape)}")
+        if task_ids.numel() and not 0 <= int(task_ids.min()) <= int(task_ids.max()) < len(names):
+            raise ConfigError(f"task_ids must be indices into the model's tasks 0..{len(names) - 1}")
+        sequence = self.backend.encode_mixed(
+            self, task_ids, input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)
+        )
+        pooled = self.dropout(self.backbone.pooler(sequence))
+        logits, losses = {}, []
+        for index in torch.unique(task_ids).tolist():
+            task, rows = names[index], task_ids == index
+            logits[task] = self.heads[task](pooled[rows])
+            if labels is not None:
+                spec = self.tasks[task]
+                task_labels = labels[rows] if spec.is_regression else labels[rows].long()
+                losses.append(task_loss(spec, logits[task], task_labels))
+        out = {"logits": logits}
+        if losses:
+            out["loss"] = torch.stack(losses).mean()
+        return out
+
+
+def _encoder_kwargs(attention_mask, token_type_ids) -> dict:
+    kwargs = {"attention_mask": attention_mask}
+    if token_type_ids is not None:
+        kwargs["token_type_ids"] = token_type_ids
+    return kwargs
 
 
 def task_loss(spec: TaskSpec, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path

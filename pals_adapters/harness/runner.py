@@ -10,14 +10,18 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import datasets
 import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from ..errors import ConfigError, UnknownNameError
+from .backends import get_backend
 from .batches import MultiTaskBatches, tokenize, unwrap_single_item
 from .checkpoints import RUN_CONFIG, last_complete_checkpoint
 from .data import load_split
-from .export import export_run
+from .export import export_run, fingerprint_model
+from .export.write import export_added_task
+from .extend import check_new_tasks, shared_base_of
 from .methods import METHODS, check_base_mode, get_method
 from .model import build_model, resolve_model
 from .report import parameter_summary, task_metrics
@@ -25,6 +29,7 @@ from .sampling import STRATEGIES, make_sampler
 from .tasks import GLUE_TASKS, TaskSpec, get_task, load_task_specs
 from .trainer import MultiTaskTrainer
 
+BATCHINGS = ("per-task", "mixed")
 PAPER_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 
@@ -50,10 +55,15 @@ class RunConfig:
     method: str = _setting("pals", f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]")
     base: str = _setting("finetune", "the shared encoder: finetune (trained with the tasks, as the paper) or frozen")
     sampler: str = _setting("annealed", f"which task each step trains: {', '.join(STRATEGIES)}")
+    batching: str = _setting(
+        "per-task", "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
+        "adapters methods, shared and full)"
+    )
     steps_per_epoch: int = _setting(2400, "steps of one annealing 'epoch' (the paper: 2400 for 8 tasks)")
     alpha: float | None = _setting(None, "exponent of the temperature sampler (p_i ~ N_i^alpha)")
     max_steps: int = _setting(60000, "training steps (one batch of one task each)")
     batch_size: int = _setting(32, "examples per training step")
+    group_by_length: bool = _setting(True, "batch examples of similar length within a task (less padding; every example once per pass)")
     max_length: int = _setting(128, "tokens per example (longer ones are truncated)")
     lr: float = _setting(2e-5, "peak learning rate of the shared encoder (AdamW, warm-up then linear decay)")
     adapter_lr: float | None = _setting(None, "learning rate of the task-specific parameters (default: lr)")
@@ -71,6 +81,10 @@ class RunConfig:
     resume: str | None = _setting(None, "'last' (the newest complete checkpoint of output_dir) or a checkpoint folder")
     precision: str = _setting("fp32", "fp32, or fp16 / bf16 on a GPU")
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
+    add_to: str | None = _setting(
+        None, "export folder of a trained run: train only the new tasks against its shared base (which stays "
+        "frozen: needs base=frozen and the run's method) and export them next to its tasks"
+    )
     report_to: list[str] = _setting([], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only")
 
     def validate(self) -> None:
@@ -83,6 +97,21 @@ class RunConfig:
             raise ConfigError("tasks: give at least one task")
         if self.select_best and not self.eval_steps:
             raise ConfigError("select_best needs eval_steps (checkpoints to choose from)")
+        if self.batching not in BATCHINGS:
+            raise UnknownNameError("batching", self.batching, BATCHINGS)
+        if self.batching == "mixed":
+            method = get_method(self.method)
+            if not get_backend(method.kind).supports_mixed_batches:
+                raise ConfigError(
+                    f"batching=mixed: method {method.name!r} cannot train several tasks in one batch "
+                    f"({'PEFT trains one active adapter at a time' if method.kind == 'peft' else 'per-task layers on top'}); "
+                    "use batching per-task, or an adapters method (pals, houlsby, lora), shared or full"
+                )
+        if self.add_to is not None and self.base != "frozen":
+            raise ConfigError(
+                f"add_to={self.add_to}: the shared base of an export stays as it is (its other tasks need it): "
+                "set base=frozen"
+            )
         if self.precision not in ("fp32", "fp16", "bf16"):
             raise ConfigError(f"precision={self.precision!r}: choose fp32, fp16 or bf16")
 
@@ -113,7 +142,7 @@ def resolve_tasks(config: RunConfig) -> dict[str, TaskSpec]:
     return resolve_task_names(config.tasks, config.task_file)
 
 
-def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, "datasets.Dataset"]:
+def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, datasets.Dataset]:
     """Tokenised training set per task (a seeded random subset if ``max_train_examples``)."""
     train = {}
     for name, spec in specs.items():
@@ -124,7 +153,7 @@ def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) ->
     return train
 
 
-def load_dev_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, dict[str, "datasets.Dataset"]]:
+def load_dev_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, dict[str, datasets.Dataset]]:
     """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
     dev = {}
     for name, spec in specs.items():
@@ -152,6 +181,8 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
     batches = MultiTaskBatches(
         train, sampler, tokenizer, config.batch_size, config.max_steps,
         world_size=world_size, seed=config.seed, all_tasks=config.sampler == "mt_uncertainty",
+        group_by_length=config.group_by_length,
+        mixed=config.batching == "mixed" and config.sampler != "mt_uncertainty",  # MT-U picks its own mix
     )
     evaluate_during = config.eval_steps is not None
     args = TrainingArguments(
@@ -198,6 +229,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         eval_sets=dev,
         adapter_lr=config.adapter_lr,
         example_batch_size=config.batch_size,
+        mixed_batches=config.batching == "mixed",
     )
 
 
@@ -206,9 +238,18 @@ def run(config: RunConfig) -> dict:
     config.validate()
     set_seed(config.seed)
     specs = resolve_tasks(config)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    method = get_method(config.method)
+    shared = None
+    base_source = config.model
+    if config.add_to is not None:
+        shared = shared_base_of(config.add_to)
+        check_new_tasks(shared, specs, method)
+        base_source = shared.source
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
-    model = build_model(config.model, specs, get_method(config.method), config.base)
+    model = build_model(base_source, specs, method, config.base)
+    if shared is not None and fingerprint_model(model) != shared.fingerprint:
+        raise ConfigError(f"add_to={config.add_to}: the base loaded from {base_source} is not the export's base")
     trainer = build_trainer(config, model, tokenizer, train, dev)
     if trainer.is_world_process_zero():
         # Written first, so that the checkpoints of an interrupted run can still be exported.
@@ -228,7 +269,15 @@ def run(config: RunConfig) -> dict:
     }
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
-        if config.export:
+        if config.export and shared is not None:
+            results["exports"] = {
+                task: str(export_added_task(
+                    model, task, shared.export_dir, base_mode=shared.base_mode, base_model_name=shared.base_model_name,
+                    metrics=task_metrics(results["metrics"], task, specs), max_length=config.max_length,
+                ))
+                for task in specs
+            }
+        elif config.export:
             per_task = {t: task_metrics(results["metrics"], t, specs) for t in specs}
             exported = export_run(
                 model,

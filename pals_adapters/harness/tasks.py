@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..errors import ConfigError, UnknownNameError
 from .readers import read_column
 
@@ -348,8 +350,6 @@ def load_task_specs(path: str | os.PathLike) -> list[TaskSpec]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     else:
-        import yaml
-
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:

@@ -11,6 +11,7 @@ from typing import Dict, Optional
 import datasets
 import safetensors.torch
 import torch
+import torch.nn.functional as F
 from torch.utils.data import SequentialSampler
 from transformers import Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
@@ -27,6 +28,7 @@ class MultiTaskTrainer(Trainer):
         eval_sets: Optional[Dict[str, Dict[str, datasets.Dataset]]] = None,
         adapter_lr: Optional[float] = None,
         example_batch_size: int = 32,
+        mixed_batches: bool = False,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -34,6 +36,7 @@ class MultiTaskTrainer(Trainer):
         self.adapter_lr = adapter_lr
         # Trainer sees one item per step (a whole batch); this is the number of examples in it.
         self.example_batch_size = example_batch_size
+        self.mixed_batches = mixed_batches  # MT-Uncertainty's top-b examples as one batch of several tasks
         self._task_mix = Counter()
 
     # The batches are already ordered by step and rank: never shuffle them.
@@ -70,6 +73,13 @@ class MultiTaskTrainer(Trainer):
             loss = self._uncertainty_loss(model, inputs["candidates"])
             return (loss, None) if return_outputs else loss
         inputs = dict(inputs)
+        if "task_ids" in inputs:  # a batch mixing tasks
+            base = self.accelerator.unwrap_model(model)
+            names = list(base.tasks)
+            for index, count in zip(*torch.unique(inputs["task_ids"], return_counts=True)):
+                self._task_mix[names[int(index)]] += int(count) / len(inputs["task_ids"])
+            outputs = model(**inputs)
+            return (outputs["loss"], outputs) if return_outputs else outputs["loss"]
         task = inputs.pop("task")
         self._task_mix[task] += 1
         outputs = model(task=task, **inputs)
@@ -92,6 +102,8 @@ class MultiTaskTrainer(Trainer):
             top_b=self.example_batch_size,
             is_regression=[base.tasks[n].is_regression for n in names],
         )
+        if self.mixed_batches:
+            return self._uncertainty_mixed_loss(model, base, candidates, names, chosen)
         total = torch.zeros((), device=self.args.device)
         for t, name in enumerate(names):
             rows = [i for task_index, i in chosen if task_index == t]
@@ -104,6 +116,28 @@ class MultiTaskTrainer(Trainer):
             total = total + task_loss(base.tasks[name], logits, labels) * len(rows)
             self._task_mix[name] += len(rows) / len(chosen)
         return total / len(chosen)
+
+    def _uncertainty_mixed_loss(self, model, base, candidates, names, chosen) -> torch.Tensor:
+        """The top-b examples as one batch of several tasks, one forward, CA-MTL's mean of task losses."""
+        parts, task_ids = [], []
+        order = list(base.tasks)
+        for t, name in enumerate(names):
+            rows = [i for task_index, i in chosen if task_index == t]
+            if rows:
+                index = torch.tensor(rows, device=candidates[name]["input_ids"].device)
+                parts.append({k: v[index] for k, v in candidates[name].items()})
+                task_ids += [order.index(name)] * len(rows)
+                self._task_mix[name] += len(rows) / len(chosen)
+        width = max(part["input_ids"].shape[1] for part in parts)
+        pad_id = getattr(self.processing_class, "pad_token_id", None) or 0
+        batch = {
+            key: torch.cat([F.pad(part[key], (0, width - part[key].shape[1]), value=value) for part in parts])
+            for key, value in (("input_ids", pad_id), ("attention_mask", 0), ("token_type_ids", 0))
+            if key in parts[0]
+        }
+        batch["labels"] = torch.cat([part["labels"].to(torch.float32) for part in parts])
+        batch["task_ids"] = torch.tensor(task_ids, device=batch["input_ids"].device)
+        return model(**batch)["loss"]
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None):
         # adapters ties a prompt-tuning copy of the word embeddings to the real ones; safetensors'

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import adapters
 from adapters import AdapterConfig, AdapterSetup
+from adapters.composition import MultiTask
 from torch import nn
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
@@ -47,6 +48,11 @@ class AdapterConfigBackend(MethodBackend):
     def activate(self, model, task) -> Iterator[None]:
         with AdapterSetup(task):  # thread-local: concurrent forwards of other tasks are unaffected
             yield
+
+    def encode_mixed(self, model, task_ids, **inputs):
+        # adapters' MultiTask block sends row i through the adapter of task_ids[i]
+        with AdapterSetup(MultiTask(*model.tasks)):
+            return model.encoder(**inputs, task_ids=task_ids).last_hidden_state
 
     def save_task(self, model, task, folder: Path, base_model_name) -> None:
         # adapters-native files: a plain `load_adapter(folder)` works on them

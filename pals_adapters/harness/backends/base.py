@@ -58,6 +58,13 @@ class MethodBackend:
         """Makes ``task``'s parameters the ones the encoder uses for the forward inside the block."""
         yield
 
+    def encode_mixed(self, model: MultiTaskModel, task_ids: torch.Tensor, **inputs) -> torch.Tensor:
+        """The encoder's last hidden states for a batch whose row ``i`` belongs to task ``task_ids[i]``
+        (an index into ``model.tasks``). Backends that cannot route rows by task refuse."""
+        raise ConfigError(
+            f"method {self.method.name!r} cannot train several tasks in one batch; use --batching per-task"
+        )
+
     def after_encoder(
         self, model: MultiTaskModel, task: str, sequence: torch.Tensor, attention_mask: torch.Tensor | None
     ) -> torch.Tensor:

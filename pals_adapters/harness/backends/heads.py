@@ -9,3 +9,6 @@ from .base import MethodBackend, register_backend
 class HeadsOnlyBackend(MethodBackend):
     kind = "heads"
     supports_mixed_batches = True  # nothing to route inside the encoder
+
+    def encode_mixed(self, model, task_ids, **inputs):
+        return model.encoder(**inputs).last_hidden_state  # the encoder is the same for every task

@@ -11,6 +11,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
@@ -24,8 +26,6 @@ IGNORED_FIELDS = {"inference_mode", "base_model_name_or_path", "revision", "peft
 
 
 def lora_config(overrides: dict):
-    from peft import LoraConfig
-
     try:
         return LoraConfig(**{**DEFAULTS, **overrides})
     except (TypeError, ValueError) as err:
@@ -36,6 +36,8 @@ def lora_config(overrides: dict):
 class PeftLoraBackend(MethodBackend):
     kind = "peft"
     weight_files = ("adapter_model.safetensors", "adapter_model.bin")
+    # PEFT routes mixed batches (adapter_names=) in inference only; its training refuses mixed adapters.
+    supports_mixed_batches = False
 
     def __init__(self, method):
         super().__init__(method)
@@ -54,8 +56,6 @@ class PeftLoraBackend(MethodBackend):
         lora_config(method.overrides)
 
     def attach(self, model, encoder, tasks):
-        from peft import get_peft_model
-
         config = lora_config(self.method.overrides)
         wrapped = get_peft_model(encoder, config, adapter_name=tasks[0])
         for task in tasks[1:]:
@@ -66,8 +66,6 @@ class PeftLoraBackend(MethodBackend):
         return encoder.get_base_model()
 
     def task_modules(self, model, task) -> list[nn.Module]:
-        from peft.tuners.lora import LoraLayer
-
         owned = []
         for module in model.encoder.modules():
             if isinstance(module, LoraLayer):
@@ -105,8 +103,6 @@ class PeftLoraBackend(MethodBackend):
         (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
     def load_task(self, model, task, folder: Path, weights: Path) -> None:
-        from peft import set_peft_model_state_dict
-
         path = folder / ADAPTER_CONFIG
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))

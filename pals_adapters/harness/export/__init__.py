@@ -8,7 +8,7 @@ loads a task back after checking the sha256 of every file and the fingerprint of
 from .files import BASE_DIR
 from .fingerprint import base_state_dict, fingerprint, fingerprint_model
 from .manifest import BaseManifest, MethodRecord, TaskManifest, read_base_manifest, read_task_manifest
-from .read import load_task
+from .read import load_task, load_tasks, task_folders
 from .write import export_base, export_run, export_task
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "fingerprint",
     "fingerprint_model",
     "load_task",
+    "load_tasks",
     "read_base_manifest",
     "read_task_manifest",
+    "task_folders",
 ]

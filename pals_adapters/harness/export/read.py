@@ -99,6 +99,15 @@ def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -
     return _from_pretrained(str(base), manifest, allow_pickle), str(base)
 
 
+def _checked(folder: Path, allow_pickle: bool):
+    """A task folder's manifest, task and method, after every file passed its checks."""
+    manifest = read_task_manifest(folder)
+    refuse_pickle(folder, manifest.files, allow_pickle)
+    check_identity(folder, manifest)
+    verify_files(folder, manifest.files)
+    return manifest, task_spec_of(manifest, folder), _method_from_manifest(manifest, folder)
+
+
 def load_task(export_dir: PathLike, base=None, *, allow_pickle: bool = False) -> MultiTaskModel:
     """Loads one exported task as a single-task `MultiTaskModel` (in eval mode), after checking every file.
 
@@ -111,32 +120,66 @@ def load_task(export_dir: PathLike, base=None, *, allow_pickle: bool = False) ->
         model = load_task("runs/main_job/export/rte")
         logits = model(task="rte", input_ids=ids, attention_mask=mask)["logits"]
     """
-    folder = Path(export_dir)
-    manifest = read_task_manifest(folder)
-    refuse_pickle(folder, manifest.files, allow_pickle)
-    check_identity(folder, manifest)
-    verify_files(folder, manifest.files)
-    task = manifest.task
-    spec = task_spec_of(manifest, folder)
-    method = _method_from_manifest(manifest, folder)
+    return load_tasks([export_dir], base, allow_pickle=allow_pickle)
 
-    encoder, source = _load_base(folder, manifest, base, allow_pickle)
-    got, expected = fingerprint_model(encoder), manifest.base_fingerprint
+
+def task_folders(path: PathLike) -> list[Path]:
+    """A task export folder, or every task folder of a run's export folder (sorted by name)."""
+    path = Path(path)
+    if manifest_contents(path) == "task":
+        return [path]
+    folders = sorted(p for p in path.iterdir() if manifest_contents(p) == "task") if path.is_dir() else []
+    if not folders:
+        read_task_manifest(path)  # raises the precise problem: missing, unreadable or not a task
+        raise ConfigError(f"{path}: no task manifest.json here or in its sub-folders; point to a task export folder")
+    return folders
+
+
+def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskModel:
+    """Loads several exported tasks onto one shared base, as one `MultiTaskModel` (in eval mode).
+
+    ``exports``: task export folders, or a run's export folder (all its tasks). Every task must have
+    been trained with the same method, base mode and base (same fingerprint); each file is checked
+    as in `load_task`. With an adapters method the model answers batches that mix tasks in one
+    forward (``model(task_ids=..., ...)``, or `pals_adapters.harness.serving.MultiTaskPredictor`).
+    """
+    folders = [f for item in ([exports] if isinstance(exports, (str, os.PathLike)) else exports) for f in task_folders(item)]
+    checked = [(folder, *_checked(folder, allow_pickle)) for folder in folders]
+    first_folder, first, _, method = checked[0]
+    specs = {}
+    for folder, manifest, spec, other in checked:
+        differences = [
+            what for what, a, b in (
+                ("method", other.spec, method.spec), ("base mode", manifest.base_mode, first.base_mode),
+                ("base fingerprint", manifest.base_fingerprint, first.base_fingerprint),
+            ) if a != b
+        ]
+        if differences:
+            raise AdapterLoadError(
+                f"{folder} and {first_folder} cannot share one model: their {', '.join(differences)} differ"
+            )
+        if spec.name in specs:
+            raise AdapterLoadError(f"task {spec.name!r} is given twice ({folder})")
+        specs[spec.name] = spec
+
+    encoder, source = _load_base(first_folder, first, base, allow_pickle)
+    got, expected = fingerprint_model(encoder), first.base_fingerprint
     if got != expected:
-        if manifest.base_mode == "finetune":
-            wanted = f"the fine-tuned base exported with it ({manifest.base_path} next to the task folder)"
+        if first.base_mode == "finetune":
+            wanted = f"the fine-tuned base exported with it ({first.base_path} next to the task folder)"
         else:
-            wanted = f"the unchanged pretrained base {manifest.base_model_name!r}"
+            wanted = f"the unchanged pretrained base {first.base_model_name!r}"
         raise AdapterLoadError(
-            f"the base from {source} has fingerprint {got}, but {folder} was trained on a base with fingerprint "
-            f"{expected}: load it with {wanted}"
+            f"the base from {source} has fingerprint {got}, but {first_folder} was trained on a base with "
+            f"fingerprint {expected}: load it with {wanted}"
         )
     if getattr(encoder, "pooler", None) is None:
         raise AdapterLoadError(f"the base from {source} has no pooler; the task head reads the pooled output")
 
-    model = MultiTaskModel(encoder, {task: spec}, method, manifest.base_mode)
+    model = MultiTaskModel(encoder, specs, method, first.base_mode)
     backend = model.backend
-    if backend.weight_files is not None:
-        backend.load_task(model, task, folder, _weights_file(folder, manifest, backend.weight_files, method.kind))
-    load_module(model.heads[task], _weights_file(folder, manifest, (HEAD_FILE, "head.bin"), "head"))
+    for folder, manifest, spec, _ in checked:
+        if backend.weight_files is not None:
+            backend.load_task(model, spec.name, folder, _weights_file(folder, manifest, backend.weight_files, method.kind))
+        load_module(model.heads[spec.name], _weights_file(folder, manifest, (HEAD_FILE, "head.bin"), "head"))
     return model.eval()

@@ -71,8 +71,19 @@ def export_base(model: MultiTaskModel, out_dir: PathLike, tokenizer=None, *, bas
 
 
 def _export_task(
-    model: MultiTaskModel, task: str, out_dir: Path, base_model_name, metrics, base_fp: str, dtype: str, max_length
+    model: MultiTaskModel,
+    task: str,
+    out_dir: Path,
+    base_model_name,
+    metrics,
+    base_fp: str,
+    dtype: str,
+    max_length,
+    base_mode: str | None = None,
 ) -> Path:
+    # base_mode: how the base was made, if not by this model's own training (a task added to an export
+    # trains against the export's fine-tuned base with that base frozen; it still needs that base)
+    base_mode = base_mode or model.base_mode
     with atomic_dir(out_dir / task) as tmp:
         model.backend.save_task(model, task, tmp, base_model_name)
         save_tensors(tmp / HEAD_FILE, model.heads[task].state_dict(), task, "head")
@@ -80,13 +91,13 @@ def _export_task(
             task=task,
             task_spec=_spec_json(model.tasks[task]),
             method=MethodRecord(model.method.name, model.method.kind, dict(model.method.overrides)),
-            base_mode=model.base_mode,
+            base_mode=base_mode,
             base_fingerprint=base_fp,
             base_dtype=dtype,
             files=hash_files(tmp),
             base_model_name=base_model_name,
             attn_implementation=model.backbone.config._attn_implementation,
-            base_path=None if model.base_mode == "frozen" else f"../{BASE_DIR}",
+            base_path=None if base_mode == "frozen" else f"../{BASE_DIR}",
             metrics=metrics,
             max_length=max_length,
             num_parameters=sum(p.numel() for _, p in model.task_parameters(task)),
@@ -94,6 +105,27 @@ def _export_task(
         )
         write_manifest(tmp, manifest)  # last: a folder without it never loads
     return out_dir / task
+
+
+def export_added_task(
+    model: MultiTaskModel,
+    task: str,
+    out_dir: PathLike,
+    *,
+    base_mode: str,
+    base_model_name: str | None,
+    metrics: dict | None = None,
+    max_length: int | None = None,
+) -> Path:
+    """Writes a task trained later against an export's shared base into that export, next to its tasks.
+    The base is not written again: it must be the one already there (same fingerprint)."""
+    _check_exportable(model, task)
+    check_task_name(task)
+    state = base_state_dict(model)
+    return _export_task(
+        model, task, Path(out_dir), base_model_name, metrics, fingerprint(state), dtype_name(state), max_length,
+        base_mode=base_mode,
+    )
 
 
 def _ensure_base(model: MultiTaskModel, out_dir: Path, base_fp: str, base_model_name: str | None) -> None:
