@@ -82,9 +82,10 @@ def machine_info(device="cpu"):
     return info
 
 
-def command_line(script, argv=None):
-    """The command that reproduces this run: as typed, or for ``main(argv)`` called from Python, its equivalent."""
-    if argv is None:
+def command_line(script=None, argv=None):
+    """The command that reproduces this run: as typed, or for ``main(argv)`` of ``script`` called from
+    Python, its equivalent."""
+    if argv is None or script is None:
         return shlex.join(["python", *sys.argv])
     return shlex.join(["python", f"benchmarks/{Path(script).name}", *argv])
 
@@ -100,14 +101,13 @@ def verdict_line(passed, text):
 
 
 def write_results(name, data, markdown, out_dir=None):
-    """Writes ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md`` (default benchmarks/results), says so,
-    and returns both paths."""
+    """Writes ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md`` (default benchmarks/results); returns both
+    paths."""
     out_dir = Path(out_dir or RESULTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
     json_path.write_text(json.dumps(data, indent=2) + "\n")
     md_path.write_text(markdown.rstrip() + "\n")
-    print(f"wrote {json_path} and {md_path}")
     return json_path, md_path
 
 

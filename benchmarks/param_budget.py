@@ -226,7 +226,8 @@ def main(argv=None):
     results["check"] = check
     if check is not None:
         print("\n" + check_line(check))
-    write_results(args.name, results, report_markdown(results, args.num_labels, check), args.out_dir)
+    json_path, md_path = write_results(args.name, results, report_markdown(results, args.num_labels, check), args.out_dir)
+    print(f"wrote {json_path} and {md_path}")
     return 0 if check is None or check["passed"] else 1
 
 

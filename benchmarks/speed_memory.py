@@ -681,7 +681,8 @@ def main(argv=None):
         lines.append(f"- {info}")
     print(f"elapsed {results['elapsed_seconds']:.0f}s")
     name = args.name or f"speed_memory_{args.model.replace('-', '_')}"
-    write_results(name, results, "\n".join(lines), args.out_dir)
+    json_path, md_path = write_results(name, results, "\n".join(lines), args.out_dir)
+    print(f"wrote {json_path} and {md_path}")
     return 0
 
 

@@ -13,7 +13,7 @@ from helpers import REPO
 from pals_adapters.harness.methods import get_method
 
 BENCHMARKS = REPO / "benchmarks"
-SCRIPTS = ["param_budget.py", "speed_memory.py", "quality.py", "plots.py"]
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
 
 
 def import_script(name):

@@ -17,9 +17,9 @@ from helpers import REPO, glue_dir
 DOCS = REPO / "docs"
 EXAMPLE_PAGES = [
     "index.md", "pals.md", "quickstart.md", "adapters-api.md", "architecture.md", "data-and-sampling.md",
-    "user-tasks.md",
+    "user-tasks.md", "serving.md",
 ]
-NEEDS_GLUE = {"quickstart.md", "data-and-sampling.md"}
+NEEDS_GLUE = {"quickstart.md", "data-and-sampling.md", "serving.md"}
 
 
 def _missing(*modules):
