@@ -100,15 +100,15 @@ def build_setups(args, weights_path, only=None):
     setups, weights = {}, {}
     if only in (None, "one model", "per task"):
         shared = load_weights(fresh_model(args, TASKS, tokenizer), weights_path)
-        one = MultiTaskPredictor(shared, tokenizer, batch_size=args.batch)
-        per_task = MultiTaskPredictor(shared, tokenizer, batch_size=args.batch)
+        one = MultiTaskPredictor(shared, tokenizer, batch_size=args.batch, sort_by_length=False)
+        per_task = MultiTaskPredictor(shared, tokenizer, batch_size=args.batch, sort_by_length=False)
         per_task.one_forward = False  # the same model, one forward per task of the batch
         setups.update({"one model": one.predict, "per task": per_task.predict})
         weights.update({"one model": weight_bytes([shared]), "per task": weight_bytes([shared])})
     if only in (None, "5 models"):
         separate = {
             task: MultiTaskPredictor(load_weights(fresh_model(args, [task], tokenizer), weights_path), tokenizer,
-                                     batch_size=args.batch)
+                                     batch_size=args.batch, sort_by_length=False)
             for task in TASKS
         }
         setups["5 models"] = lambda requests: answer_separately(separate, requests, args.batch)
@@ -132,23 +132,46 @@ def weight_bytes(models):
     return sum(t.numel() * t.element_size() for m in models for t in [*m.parameters(), *m.buffers()])
 
 
-def peak_memory_of(setup, args):
-    """Peak RSS (MB) of a fresh process that builds ``setup`` and answers the stream once."""
+def current_rss_mb():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def memory_of(setup, args):
+    """Resident memory (MB) of a fresh process that builds ``setup`` (after loading) and answers the
+    stream once (peak). The peak also holds the allocator's slack from batches of varying length."""
     argv = [sys.executable, __file__, "--glue-dir", args.glue_dir, "--model", args.model, "--method", args.method,
             "--requests", str(args.requests), "--batch", str(args.batch), "--threads", str(args.threads),
             "--memory-of", setup, "--weights", args.weights]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def timed_rounds(setups, streams, rounds):
+    """Seconds per pass over each stream, for every setup, interleaved round-robin (first round: warm-up)."""
+    seconds = {(order, name): [] for order in streams for name in setups}
+    for round_index in range(rounds + 1):
+        for order, requests in streams.items():
+            for name, answer in setups.items():
+                start = time.perf_counter()
+                answer(requests)
+                if round_index:
+                    seconds[order, name].append(time.perf_counter() - start)
+    return seconds
 
 
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     requests = request_stream(args.glue_dir, args.requests)
-    if args.memory_of:  # child process: one setup, one pass, report the peak
+    if args.memory_of:  # child process: one setup, one pass
         setups, _ = build_setups(args, args.weights, only=args.memory_of)
+        loaded = current_rss_mb()
         setups[args.memory_of](requests)
-        print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"loaded_rss_mb": loaded, "peak_rss_mb": peak}))
         return
     weights_dir = tempfile.mkdtemp(prefix="serving-")
     args.weights = str(Path(weights_dir) / "five_tasks.safetensors")
@@ -164,39 +187,44 @@ def main(argv=None):
         if same != len(reference):
             raise SystemExit(f"{name}: {len(reference) - same} answers differ from 'one model'")
 
-    seconds = {name: [] for name in SETUPS}
-    for round_index in range(args.rounds + 1):
-        for name in SETUPS:
-            start = time.perf_counter()
-            setups[name](requests)
-            if round_index:  # the first round warms up
-                seconds[name].append(time.perf_counter() - start)
-    per_round = {name: [args.requests / s for s in seconds[name]] for name in SETUPS}
+    # arrival: batches of requests in the order they came (a serving window), mixed lengths and tasks;
+    # sorted: the same requests ordered by length first (offline prediction), so batches pad little.
+    lengths = [len(tokenizer(r["text"], r.get("text_b"))["input_ids"]) for r in requests]
+    by_length = sorted(range(len(requests)), key=lambda i: -lengths[i])
+    streams = {"arrival": requests, "sorted": [requests[i] for i in by_length]}
+    seconds = timed_rounds(setups, streams, args.rounds)
     ratios = {
-        name: statistics.median(a / b for a, b in zip(seconds[name], seconds["one model"])) for name in SETUPS
+        key: statistics.median(a / b for a, b in zip(seconds[key], seconds[key[0], "one model"])) for key in seconds
     }
-    memory = {name: peak_memory_of(name, args) for name in SETUPS}
+    throughput = {key: statistics.median(args.requests / s for s in seconds[key]) for key in seconds}
+    memory = {name: memory_of(name, args) for name in SETUPS}
     shutil.rmtree(weights_dir, ignore_errors=True)
 
     rows = [
-        [name, f"{statistics.median(per_round[name]):.1f}", f"{ratios[name]:.2f}x",
-         f"{weights[name] / 2**20:.1f}", f"{memory[name]:.0f}"]
+        [name, *(f"{throughput[order, name]:.1f} ({ratios[order, name]:.2f}x)" for order in streams),
+         f"{weights[name] / 2**20:.1f}", f"{memory[name]['loaded_rss_mb']:.0f}", f"{memory[name]['peak_rss_mb']:.0f}"]
         for name in SETUPS
     ]
     table = markdown_table(
-        ["setup", "requests/s (median)", "time vs one model", "weights held (MB)", "peak RSS (MB)"], rows
+        ["setup", "requests/s, arrival order (time vs one model)", "requests/s, sorted by length (time vs one model)",
+         "weights held (MB)", "RSS loaded (MB)", "peak RSS (MB)"],
+        rows,
     )
     text = (
         f"# Serving 5 tasks on one base ({args.model}, {args.method}, {args.requests} requests, batches of "
         f"{args.batch}, {args.threads} thread(s))\n\n{table}\n\n"
-        "Time ratios are medians over rounds of (setup time / one-model time) measured in one process, "
-        "interleaved; peak RSS from a fresh process per setup. All three give the same answers (checked).\n\n"
+        "Requests/s are medians over rounds; the time ratios are medians over rounds of (setup time / one-model "
+        "time), measured in one process, interleaved. 'one model' pads a batch that mixes tasks to its longest "
+        "request; 'per task' and '5 models' pad each task's rows to their own longest. RSS from a fresh process "
+        "per setup, after loading and at its peak while answering. All three give the same answers (checked).\n\n"
         f"Command: `{command_line()}`\n"
     )
     data = {
         "command": command_line(), "machine": machine_info(), "settings": vars(args),
-        "requests_per_second": per_round, "time_ratio_vs_one_model": ratios,
-        "weight_bytes": weights, "peak_rss_mb": memory,
+        "requests_per_second": {f"{o}/{n}": v for (o, n), v in throughput.items()},
+        "time_ratio_vs_one_model": {f"{o}/{n}": v for (o, n), v in ratios.items()},
+        "seconds": {f"{o}/{n}": v for (o, n), v in seconds.items()},
+        "weight_bytes": weights, "memory_mb": memory,
     }
     write_results(f"serving_{args.model}", data, text, out_dir=args.out_dir)
     print(text)

@@ -58,11 +58,15 @@ class MultiTaskPredictor:
         tokenizer: PreTrainedTokenizerBase,
         max_length: int | Mapping[str, int] = DEFAULT_MAX_LENGTH,
         batch_size: int = 64,
+        sort_by_length: bool = True,
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length if isinstance(max_length, Mapping) else {t: max_length for t in model.tasks}
         self.batch_size = batch_size
+        # Batches of similar length pad little; off, batches follow the order of the requests (a
+        # serving window), and a batch that mixes tasks pads to its longest request.
+        self.sort_by_length = sort_by_length
         self.task_index = {task: i for i, task in enumerate(model.tasks)}
         # One forward per batch when the method routes rows by task; else one per task in the batch.
         self.one_forward = model.backend.supports_mixed_batches
@@ -81,9 +85,14 @@ class MultiTaskPredictor:
     def predict(self, requests: Sequence[Mapping]) -> list[Prediction]:
         """``requests``: mappings with ``task``, ``text`` and, for pair tasks, ``text_b``; answers in order."""
         encoded = [self._encode(i, request) for i, request in enumerate(requests)]
-        answers: list[Prediction] = []
-        for start in range(0, len(encoded), self.batch_size):
-            answers += self._answer(encoded[start : start + self.batch_size])
+        order = list(range(len(encoded)))
+        if self.sort_by_length:
+            order.sort(key=lambda i: -len(encoded[i][1]["input_ids"]))
+        answers: list[Prediction | None] = [None] * len(encoded)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for position, answer in zip(chunk, self._answer([encoded[i] for i in chunk])):
+                answers[position] = answer
         return answers
 
     def _encode(self, position: int, request: Mapping) -> tuple[str, dict]:
@@ -101,23 +110,27 @@ class MultiTaskPredictor:
     @torch.no_grad()
     def _answer(self, encoded: list[tuple[str, dict]]) -> list[Prediction]:
         device = next(self.model.parameters()).device
-        batch = self.tokenizer.pad([features for _, features in encoded], return_tensors="pt")
-        batch = {k: v.to(device) for k, v in batch.items()}
         tasks = [task for task, _ in encoded]
-        task_ids = torch.tensor([self.task_index[t] for t in tasks], device=device)
-        rows_logits: list[np.ndarray | None] = [None] * len(encoded)
+        logits: list[np.ndarray | None] = [None] * len(encoded)
         if self.one_forward:
-            by_task = self.model(task_ids=task_ids, **batch)["logits"]
-        else:
-            by_task = {}
+            batch = self._pad([features for _, features in encoded], device)
+            task_ids = torch.tensor([self.task_index[t] for t in tasks], device=device)
+            for task, rows in self.model(task_ids=task_ids, **batch)["logits"].items():
+                positions = [i for i, t in enumerate(tasks) if t == task]
+                for position, row in zip(positions, rows.float().cpu().numpy()):
+                    logits[position] = row
+        else:  # one forward per task, each padded to its own longest request
             for task in dict.fromkeys(tasks):
-                rows = task_ids == self.task_index[task]
-                by_task[task] = self.model(task=task, **{k: v[rows] for k, v in batch.items()})["logits"]
-        for task, logits in by_task.items():
-            positions = (task_ids == self.task_index[task]).nonzero().flatten().tolist()
-            for position, row in zip(positions, logits.float().cpu().numpy()):
-                rows_logits[position] = row
-        return [self._decode(task, logits) for task, logits in zip(tasks, rows_logits)]
+                positions = [i for i, t in enumerate(tasks) if t == task]
+                batch = self._pad([encoded[i][1] for i in positions], device)
+                rows = self.model(task=task, **batch)["logits"]
+                for position, row in zip(positions, rows.float().cpu().numpy()):
+                    logits[position] = row
+        return [self._decode(task, row) for task, row in zip(tasks, logits)]
+
+    def _pad(self, features: list[dict], device) -> dict:
+        batch = self.tokenizer.pad(features, return_tensors="pt")
+        return {k: v.to(device) for k, v in batch.items()}
 
     def _decode(self, task: str, logits: np.ndarray) -> Prediction:
         spec = self.model.tasks[task]

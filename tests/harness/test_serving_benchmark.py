@@ -18,6 +18,8 @@ def test_serving_benchmark_smoke(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "serving_tiny.json").read_text())
-    assert set(data["time_ratio_vs_one_model"]) == {"one model", "per task", "5 models"}
+    assert set(data["time_ratio_vs_one_model"]) == {
+        f"{order}/{setup}" for order in ("arrival", "sorted") for setup in ("one model", "per task", "5 models")
+    }
     # five copies of the base hold about five times the weights of one shared base
     assert data["weight_bytes"]["5 models"] > 4 * data["weight_bytes"]["one model"]
