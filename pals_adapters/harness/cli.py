@@ -20,18 +20,16 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from transformers import AutoTokenizer
 
-from ..errors import PalsError
+from ..errors import ConfigError, PalsError
 from .accounting import count_method_parameters
 from .batches import tokenize
 from .data import load_split
 from .evaluation import evaluate_tasks, predict
-from .export import load_task
+from .export import EvaluationRecord, load_task, load_tokenizer
 from .export.manifest import manifest_contents, read_task_manifest
 from .export.read import task_spec_of
 from .metrics import glue_average
-from .model import resolve_model
 from .reexport import export_checkpoint
 from .report import results_table
 from .runner import RunConfig, resolve_task_names, run
@@ -77,13 +75,19 @@ def _config_file_defaults(argv: list[str] | None) -> dict:
 
 
 def _read_mapping(path: str) -> dict:
-    text = Path(path).read_text()
-    if path.endswith((".yaml", ".yml")):
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f", line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{path}{line}: not valid YAML ({getattr(err, 'problem', None) or err}); fix the file") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}); fix the file") from None
     if not isinstance(data, dict):
-        raise PalsError(f"{path}: expected a mapping of settings")
+        raise ConfigError(f"{path}: expected a mapping of settings (name: value per line)")
     return data
 
 
@@ -104,17 +108,25 @@ def _task_dirs(path: Path) -> list[Path]:
 
 
 def _load_export(task_dir: Path, args):
-    """The task's model, tokenizer, spec (as trained, from the export) and max length."""
+    """The task's model, tokenizer, spec and max length, all as trained (from the export; the options
+    may change the base or max length, and a task file is only checked against the export's task)."""
     manifest = read_task_manifest(task_dir)
     model = load_task(task_dir, base=args.base_model)
-    tokenizer_source = args.base_model or resolve_model(manifest.base_model_name or "")
-    if args.base_model is None and manifest.base_path and (task_dir / manifest.base_path / "tokenizer_config.json").is_file():
-        tokenizer_source = str(task_dir / manifest.base_path)
+    tokenizer = load_tokenizer(task_dir, base=args.base_model)
     spec = task_spec_of(manifest, task_dir)
     if args.task_file:
         _check_task_file(spec, args.task_file)
     max_length = args.max_length or manifest.max_length or 128
-    return model, AutoTokenizer.from_pretrained(tokenizer_source), spec, max_length
+    return model, tokenizer, spec, max_length, manifest.evaluation or EvaluationRecord()
+
+
+def _glue_dir(args, evaluation: EvaluationRecord) -> str | None:
+    """--glue-dir, else the run's own GLUE folder when it is still there (else env GLUE_DIR)."""
+    if args.glue_dir:
+        return args.glue_dir
+    if evaluation.glue_dir and Path(evaluation.glue_dir).is_dir():
+        return evaluation.glue_dir
+    return None
 
 
 def _check_task_file(trained, task_file: str) -> None:
@@ -132,21 +144,31 @@ def _check_task_file(trained, task_file: str) -> None:
         )
 
 
+def _dev_split(spec, split, glue_dir, evaluation: EvaluationRecord, limit: int | None):
+    data = load_split(spec, split, glue_dir=glue_dir, source=evaluation.data_source or "auto")
+    limit = evaluation.max_eval_examples if limit is None else (limit or None)  # 0: every example
+    return data.select(range(min(limit, len(data)))) if limit else data
+
+
 def cmd_evaluate(args) -> None:
+    """Dev scores of each task; with no options exactly as the run scored it at its end."""
     scores = {}
     for task_dir in _task_dirs(Path(args.export)):
-        model, tokenizer, spec, max_length = _load_export(task_dir, args)
+        model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
         task = spec.name
+        glue_dir = _glue_dir(args, evaluation)
         splits = {
-            split: tokenize(load_split(spec, split, glue_dir=args.glue_dir), spec, tokenizer, max_length)
+            split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer,
+                            max_length)
             for split in spec.dev_splits
         }
         if not splits:
             raise PalsError(f"task {task!r} has no validation split to evaluate; add one to its task file")
-        metrics = evaluate_tasks(model, {task: splits}, tokenizer)
+        metrics = evaluate_tasks(model, {task: splits}, tokenizer, evaluation.eval_batch_size or 64)
         scores[task] = metrics[f"{task}_score"]
         detail = ", ".join(f"{k}={100 * v:.2f}" for k, v in metrics.items() if k != "average")
-        print(f"{task}: {detail}")
+        subset = {len(d) for d in splits.values()}
+        print(f"{task}: {detail} ({'/'.join(map(str, sorted(subset)))} dev examples)")
     if len(scores) > 1:
         print(f"average: {100 * glue_average(scores):.2f}")
 
@@ -156,14 +178,14 @@ def cmd_predict(args) -> None:
     out = Path(args.out)
     jobs = []
     for task_dir in _task_dirs(Path(args.export)):
-        model, tokenizer, spec, max_length = _load_export(task_dir, args)
+        model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
         if not spec.test_splits:
             raise PalsError(f"task {spec.name!r} has no test split to predict; add 'test: FILE' to its task")
-        jobs.append((model, tokenizer, spec, max_length))
+        jobs.append((model, tokenizer, spec, max_length, evaluation))
     out.mkdir(parents=True, exist_ok=True)
-    for model, tokenizer, spec, max_length in jobs:
+    for model, tokenizer, spec, max_length, evaluation in jobs:
         for split in spec.test_splits:
-            data = load_split(spec, split, glue_dir=args.glue_dir)
+            data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation), source=evaluation.data_source or "auto")
             logits = predict(model, spec.name, tokenize(data, spec, tokenizer, max_length), tokenizer)
             if spec.is_regression:
                 values = [f"{v:.3f}" for v in np.clip(logits[:, 0], *(spec.label_range or (-np.inf, np.inf)))]
@@ -213,13 +235,19 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("export", help="a task export folder, or a run's export folder")
-        p.add_argument("--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: env GLUE_DIR)")
+        p.add_argument("--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: the run's, else env GLUE_DIR)")
         p.add_argument(
             "--task-file", default=None,
             help="optional: checked against the task stored in the export (which is what is used)",
         )
         p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
         p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
+        if name == "evaluate":
+            p.add_argument(
+                "--max-eval-examples", type=int, default=None,
+                help="the first N dev examples per task; 0: all (default: as the run evaluated, so that the "
+                "scores are the run's end-of-training scores)",
+            )
         if name == "predict":
             p.add_argument("--out", required=True, help="folder for the prediction files")
         p.set_defaults(func=func)

@@ -66,9 +66,9 @@ METHODS: dict[str, Method] = {
 
 # Spellings of release 0.1 (and of its benchmarks); accepted with a warning for one release.
 OLD_NAMES = {
-    "peft_lora": "peft_lora",
-    "top_pals": "top_pals",
-    "top_layer": "top_layer",
+    "peft-lora": "peft_lora",
+    "top-pals": "top_pals",
+    "top-layer": "top_layer",
     "top_proj_attn": "top_pals",
     "top_bert_layer": "top_layer",
 }

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from pals_adapters.harness.sampling import make_sampler
 from pals_adapters.harness.tasks import GLUE_TASKS, custom_task, get_task, load_task_specs
 from pals_adapters.harness.trainer import MultiTaskTrainer
 
-from helpers import REPO, batch, glue_dir, tiny_bert_config
+from helpers import REPO, batch, fake_checkpoint, glue_dir, tiny_bert_config
 
 GLUE = glue_dir()
 needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
@@ -148,6 +149,9 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, tiny_model_dir, mon
         if getattr(callback, "training_bar", None) is not None:
             callback.training_bar.close()
     assert sorted(p.name for p in (tmp_path / "b").glob("checkpoint-*")) == ["checkpoint-4"]
+    # a newer checkpoint whose optimizer file was cut short: resume falls back to checkpoint-4
+    shutil.copytree(tmp_path / "b" / "checkpoint-4", tmp_path / "b" / "checkpoint-6")
+    truncate(tmp_path / "b" / "checkpoint-6" / "optimizer.pt")
     resumed = instrument(monkeypatch)
     results_b = harness.run(small_run(tiny_model_dir, tmp_path / "b", resume="last"))
 
@@ -164,13 +168,6 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, tiny_model_dir, mon
     assert not list(tmp_path.rglob(".model.safetensors.*")), "no temporary weight file is left behind"
 
 
-def fake_checkpoint(folder, missing=()):
-    folder.mkdir(parents=True)
-    for name in checkpoints.CHECKPOINT_FILES:
-        if name not in missing:
-            (folder / name).write_bytes(b"x")
-
-
 def test_resume_last_skips_a_checkpoint_whose_write_did_not_finish(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-4")
     fake_checkpoint(tmp_path / "checkpoint-12")
@@ -180,9 +177,38 @@ def test_resume_last_skips_a_checkpoint_whose_write_did_not_finish(tmp_path):
     assert checkpoints.last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-12")  # numeric, not text order
 
 
+def truncate(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+DAMAGE = {
+    "truncated trainer_state.json": lambda c: truncate(c / "trainer_state.json"),
+    "truncated optimizer.pt": lambda c: truncate(c / "optimizer.pt"),
+    "truncated scheduler.pt": lambda c: truncate(c / "scheduler.pt", keep=0.9),
+    "truncated model.safetensors": lambda c: truncate(c / "model.safetensors", keep=0.99),
+    "flipped byte in optimizer.pt": lambda c: c.joinpath("optimizer.pt").write_bytes(
+        bytes(b ^ (i == 200) for i, b in enumerate(c.joinpath("optimizer.pt").read_bytes()))
+    ),
+    "truncated rng_state.pth": lambda c: (torch.save({"x": torch.ones(64)}, c / "rng_state.pth"),
+                                          truncate(c / "rng_state.pth")),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_resume_last_falls_back_from_a_damaged_checkpoint_and_says_so(tmp_path, damage, caplog):
+    fake_checkpoint(tmp_path / "checkpoint-4")
+    fake_checkpoint(tmp_path / "checkpoint-8")
+    DAMAGE[damage](tmp_path / "checkpoint-8")
+    with caplog.at_level("WARNING"):
+        assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    file = damage.split()[-1]
+    assert f"checkpoint-8 ({file}" in caplog.text and "resuming from checkpoint-4" in caplog.text
+
+
 def test_resume_last_without_a_complete_checkpoint_is_a_clear_error(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-4", missing=["optimizer.pt"])
-    with pytest.raises(ConfigError, match=r"resume='last'.*no complete checkpoint.*1 incomplete.*trainer_state.json"):
+    with pytest.raises(ConfigError, match=r"resume='last'.*no complete checkpoint.*checkpoint-4 \(optimizer.pt missing"):
         checkpoints.last_complete_checkpoint(str(tmp_path))
     with pytest.raises(ConfigError, match="save_steps"):
         checkpoints.last_complete_checkpoint(str(tmp_path / "never-written"))
