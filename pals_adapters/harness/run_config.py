@@ -114,7 +114,7 @@ def _describe(hint) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     if origin is list:
-        return f"a list of {_describe(typing.get_args(hint)[0])}s, e.g. [a, b]"
+        return f"a list of {typing.get_args(hint)[0].__name__} values, e.g. [a, b]"
     return _KIND_WORDS.get(hint, getattr(hint, "__name__", str(hint)))
 
 

@@ -206,9 +206,14 @@ def _canonical_labels(spec: TaskSpec, where: str) -> None:
         if value is None or isinstance(value, str) or not isinstance(value, (list, tuple)):
             continue  # _str_tuple reports what is wrong with it
         try:
-            _set(spec, name, tuple(label_text(v) for v in value))
+            labels = tuple(label_text(v) for v in value)
         except ValueError as exc:
             raise ConfigError(f"{where}.{name}: {exc}") from None
+        twice = sorted({label for label in labels if labels.count(label) > 1})
+        if twice:
+            raise ConfigError(f"{where}.{name} {list(value)!r} names the label {twice[0]!r} twice (numbers are one "
+                              "label however written: 1, 1.0, '01'); list each class once")
+        _set(spec, name, labels)
 
 
 def _validate_header(spec: TaskSpec, where: str) -> None:
