@@ -150,25 +150,30 @@ def _dev_split(spec, split, glue_dir, evaluation: EvaluationRecord, limit: int |
     return data.select(range(min(limit, len(data)))) if limit else data
 
 
+def evaluate_export(task_dir: Path, args) -> tuple[dict[str, float], list[int]]:
+    """Dev metrics of one exported task (flat, as the run's ``results.json`` has them) and the number of
+    examples per dev split; with no options exactly as the run scored it at its end."""
+    model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
+    glue_dir = _glue_dir(args, evaluation)
+    splits = {
+        split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer, max_length)
+        for split in spec.dev_splits
+    }
+    if not splits:
+        raise PalsError(f"task {spec.name!r} has no validation split to evaluate; add one to its task file")
+    metrics = evaluate_tasks(model, {spec.name: splits}, tokenizer, evaluation.eval_batch_size or 64)
+    return metrics, [len(data) for data in splits.values()]
+
+
 def cmd_evaluate(args) -> None:
     """Dev scores of each task; with no options exactly as the run scored it at its end."""
     scores = {}
     for task_dir in _task_dirs(Path(args.export)):
-        model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
-        task = spec.name
-        glue_dir = _glue_dir(args, evaluation)
-        splits = {
-            split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer,
-                            max_length)
-            for split in spec.dev_splits
-        }
-        if not splits:
-            raise PalsError(f"task {task!r} has no validation split to evaluate; add one to its task file")
-        metrics = evaluate_tasks(model, {task: splits}, tokenizer, evaluation.eval_batch_size or 64)
+        metrics, sizes = evaluate_export(task_dir, args)
+        task = read_task_manifest(task_dir).task
         scores[task] = metrics[f"{task}_score"]
         detail = ", ".join(f"{k}={100 * v:.2f}" for k, v in metrics.items() if k != "average")
-        subset = {len(d) for d in splits.values()}
-        print(f"{task}: {detail} ({'/'.join(map(str, sorted(subset)))} dev examples)")
+        print(f"{task}: {detail} ({'/'.join(map(str, sizes))} dev examples)")
     if len(scores) > 1:
         print(f"average: {100 * glue_average(scores):.2f}")
 
