@@ -61,7 +61,7 @@ def fake_checkpoint(folder, missing=(), step=4):
     folder.mkdir(parents=True)
     writers = {
         "model.safetensors": lambda path: save_file({"w": torch.arange(1000.0)}, str(path)),
-        "optimizer.pt": lambda path: torch.save({"state": {0: {"exp_avg": torch.ones(1000)}}, "param_groups": []}, path),
+        "optimizer.pt": lambda path: torch.save({"state": {0: {"exp_avg": torch.ones(99)}}, "param_groups": []}, path),
         "scheduler.pt": lambda path: torch.save({"last_epoch": step}, path),
         "trainer_state.json": lambda path: path.write_text(json.dumps({"global_step": step, "log_history": []})),
     }

@@ -117,6 +117,9 @@ def _load_export(task_dir: Path, args):
     if args.task_file:
         _check_task_file(spec, args.task_file)
     max_length = args.max_length or manifest.max_length or 128
+    positions = getattr(model.backbone.config, "max_position_embeddings", max_length)
+    if not 0 < max_length <= positions:
+        raise ConfigError(f"--max-length {max_length}: give 1 to {positions} (the base's positions)")
     return model, tokenizer, spec, max_length, manifest.evaluation or EvaluationRecord()
 
 
@@ -156,7 +159,8 @@ def evaluate_export(task_dir: Path, args) -> tuple[dict[str, float], list[int]]:
     model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
     glue_dir = _glue_dir(args, evaluation)
     splits = {
-        split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer, max_length)
+        split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer,
+                        max_length)
         for split in spec.dev_splits
     }
     if not splits:
@@ -190,7 +194,8 @@ def cmd_predict(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for model, tokenizer, spec, max_length, evaluation in jobs:
         for split in spec.test_splits:
-            data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation), source=evaluation.data_source or "auto")
+            source = evaluation.data_source or "auto"
+            data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation), source=source)
             logits = predict(model, spec.name, tokenize(data, spec, tokenizer, max_length), tokenizer)
             if spec.is_regression:
                 values = [f"{v:.3f}" for v in np.clip(logits[:, 0], *(spec.label_range or (-np.inf, np.inf)))]

@@ -20,6 +20,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import ConfigError
 from .checkpoints import RUN_CONFIG, RUN_TASKS, checkpoint_problem, last_complete_checkpoint, list_checkpoints
+from .export.staging import check_replaceable
 from .run_config import RunConfig, resolve_task_names
 from .tasks import TaskSpec, spec_to_json
 
@@ -124,6 +125,8 @@ def prepare_run_folder(config: RunConfig, specs: dict[str, TaskSpec], *, writer:
     resumed run must have the settings of the run it continues (see the module docstring).
     """
     out = Path(config.output_dir)
+    if config.export:
+        check_replaceable(out / "export")  # refused now, not after the training
     if config.resume is None:
         existing = list_checkpoints(out)
         if existing:

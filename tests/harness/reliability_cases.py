@@ -174,7 +174,8 @@ def base_damaged(how):
 def frozen_base_with_changed_config(tmp):
     pretrained = tmp / "pretrained"
     BertModel(tiny_bert_config()).save_pretrained(pretrained)
-    model = MultiTaskModel(AutoModel.from_pretrained(pretrained), {"rte": GLUE_TASKS["rte"]}, get_method("pals"), "frozen")
+    tasks = {"rte": GLUE_TASKS["rte"]}
+    model = MultiTaskModel(AutoModel.from_pretrained(pretrained), tasks, get_method("pals"), "frozen")
     export_task(model, "rte", tmp / "export", base_model_name=str(pretrained))
     config = json.loads((pretrained / "config.json").read_text())
     (pretrained / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))

@@ -13,8 +13,14 @@ from helpers import REPO, tiny_bert_config
 from transformers import BertModel
 
 from pals_adapters.errors import ConfigError
-from pals_adapters.harness.export import export_run, export_task, fingerprint_model, load_task, read_task_manifest
-from pals_adapters.harness.export import staging
+from pals_adapters.harness.export import (
+    export_run,
+    export_task,
+    fingerprint_model,
+    load_task,
+    read_task_manifest,
+    staging,
+)
 from pals_adapters.harness.methods import get_method
 from pals_adapters.harness.model import MultiTaskModel
 from pals_adapters.harness.tasks import GLUE_TASKS

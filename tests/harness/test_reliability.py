@@ -14,18 +14,17 @@ from pathlib import Path
 
 import adapters
 import pytest
+import reliability_cases as cases
 import safetensors
 import safetensors.torch
 import torch
 from adapters import AdapterConfig, AdapterSetup, AutoAdapterModel
+from helpers import REPO, batch, fake_checkpoint, glue_dir, tiny_bert_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertModel, GPT2Config, GPT2Model, TrainerCallback
 
 import pals_adapters
-from pals_adapters.harness import checkpoints
-from pals_adapters.harness import runner as harness
-from pals_adapters.harness.data import load_split
 from pals_adapters.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
 from pals_adapters.errors import (
     AdapterLoadError,
@@ -35,6 +34,9 @@ from pals_adapters.errors import (
     UnknownNameError,
     UnsupportedModelError,
 )
+from pals_adapters.harness import checkpoints
+from pals_adapters.harness import runner as harness
+from pals_adapters.harness.data import load_split
 from pals_adapters.harness.methods import check_base_mode, get_method
 from pals_adapters.harness.model import MultiTaskModel
 from pals_adapters.harness.report import task_metrics
@@ -42,9 +44,6 @@ from pals_adapters.harness.run_folder import prepare_run_folder
 from pals_adapters.harness.sampling import make_sampler
 from pals_adapters.harness.tasks import GLUE_TASKS, custom_task, get_task, load_task_specs
 from pals_adapters.harness.trainer import MultiTaskTrainer
-
-import reliability_cases as cases
-from helpers import REPO, batch, fake_checkpoint, glue_dir, tiny_bert_config
 
 GLUE = glue_dir()
 needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
@@ -472,7 +471,8 @@ BAD_INPUT = {
         ]
     },
     "resume-with-reordered-task-labels": (
-        cases.resumed_with(edit=lambda tmp: cases.user_tasks(tmp, labels="[pos, neg]")), ConfigError, ["task 'a' labels: run ['neg', 'pos'], now ['pos', 'neg']"]),
+        cases.resumed_with(edit=lambda tmp: cases.user_tasks(tmp, labels="[pos, neg]")), ConfigError,
+        ["task 'a' labels: run ['neg', 'pos'], now ['pos', 'neg']"]),
     "fresh-run-over-checkpoints": (cases.fresh_run_over_checkpoints, ConfigError,
                                    ["already holds checkpoints", "checkpoint-4", "resume='last'", "new output_dir"]),
     # issue 9.4: names and settings checked before training
@@ -494,7 +494,8 @@ BAD_INPUT = {
                                       ["run.yaml, line", "not valid YAML"]),
     "config-file-select-best-as-string": (cases.config_file("select_best: 'false'\n"), SystemExit,
                                           ["select_best='false' (str)", "true or false"]),
-    "config-file-tasks-as-string": (cases.config_file("tasks: rte\n"), SystemExit, ["tasks='rte' (str)", "a list of str values"]),
+    "config-file-tasks-as-string": (cases.config_file("tasks: rte\n"), SystemExit,
+                                    ["tasks='rte' (str)", "a list of str values"]),
     "config-file-steps-as-float": (cases.config_file("max_steps: 10.5\n"), SystemExit, ["max_steps=10.5", "whole"]),
     # issue 9.5: the base is part of the fingerprint
     "base-manifest-deleted": (cases.base_damaged("manifest deleted"), IntegrityError,
@@ -592,7 +593,8 @@ RIGHT_RESULT = {
     "csv-labels-1-and-1.0-are-one-class": (user_labels("t.csv", "text,label\nx,1\ny,1.0\nz,0\nw, 01\n"),
                                            (("0", "1"), [1, 1, 0, 1])),
     "jsonl-labels-1-and-1.0-are-one-class": (
-        user_labels("t.jsonl", '{"text": "x", "label": 1}\n{"text": "y", "label": "1.0"}\n{"text": "z", "label": 0.0}\n'),
+        user_labels("t.jsonl", '{"text": "x", "label": 1}\n{"text": "y", "label": "1.0"}\n'
+                               '{"text": "z", "label": 0.0}\n'),
         (("0", "1"), [1, 1, 0])),
     "numeric-labels-in-numeric-order": (user_labels("t.csv", "text,label\nx,10\ny,2\nz,2.5\n"),
                                         (("2", "2.5", "10"), [2, 0, 1])),

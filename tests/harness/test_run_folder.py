@@ -34,7 +34,8 @@ def test_two_train_commands_into_one_folder_one_is_refused_at_once(tmp_path, tin
     argv = [
         "train", "--model", str(tiny_model_dir), "--task-file", str(user_tasks(tmp_path)), "--method", "pals",
         "--base", "frozen", "--sampler", "round_robin", "--max-steps", "40", "--save-steps", "20", "--batch-size", "4",
-        "--max-length", "32", "--logging-steps", "20", "--eval-batch-size", "8", "--output-dir", str(out), "--no-export",
+        "--max-length", "32", "--logging-steps", "20", "--eval-batch-size", "8", "--output-dir", str(out),
+        "--no-export",
     ]
     first = subprocess.Popen([sys.executable, "-m", "pals_adapters.harness.cli", *argv], cwd=REPO, env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -61,8 +62,8 @@ def test_two_train_commands_into_one_folder_one_is_refused_at_once(tmp_path, tin
 
 def test_the_lock_goes_with_a_killed_run(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from filelock import FileLock; lock = FileLock({str(tmp_path / LOCK_FILE)!r}); lock.acquire(); "
-         "print('held', flush=True); import time; time.sleep(600)"],
+        [sys.executable, "-c", f"from filelock import FileLock; lock = FileLock({str(tmp_path / LOCK_FILE)!r}); "
+         "lock.acquire(); print('held', flush=True); import time; time.sleep(600)"],
         stdout=subprocess.PIPE, text=True,
     )
     try:

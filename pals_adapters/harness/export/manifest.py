@@ -182,5 +182,6 @@ def read_task_manifest(folder: Path) -> TaskManifest:
     if not isinstance(getattr(torch, data["base_dtype"], None), torch.dtype):
         bad("base_dtype", f"{data['base_dtype']!r} is not a torch dtype")
     record = MethodRecord(method["name"], method.get("kind", ""), dict(method.get("overrides") or {}))
-    evaluation = EvaluationRecord(**_known_fields(EvaluationRecord, data["evaluation"])) if data.get("evaluation") else None
+    evaluation = data.get("evaluation")
+    evaluation = EvaluationRecord(**_known_fields(EvaluationRecord, evaluation)) if evaluation else None
     return TaskManifest(**{**_known_fields(TaskManifest, data), "method": record, "evaluation": evaluation})

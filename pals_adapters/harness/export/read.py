@@ -190,7 +190,8 @@ def load_tokenizer(export_dir: PathLike, base: str | None = None):
         return tokenizer
     live = tokenizer_files(tokenizer)
     if live != manifest.tokenizer_files:
-        changed = sorted(n for n in set(live) | set(manifest.tokenizer_files) if live.get(n) != manifest.tokenizer_files.get(n))
+        recorded = manifest.tokenizer_files
+        changed = sorted(n for n in set(live) | set(recorded) if live.get(n) != recorded.get(n))
         raise AdapterLoadError(
             f"the tokenizer of {source} differs from the one {folder} was trained with ({', '.join(changed)} "
             "differ): its inputs would differ; use the base the task was trained on"

@@ -68,7 +68,8 @@ def _leftover(name: str, target_name: str) -> bool:
 def _clean_leftovers(target: Path) -> None:
     """Removes the staging folders of interrupted exports (the lock guarantees none is being written)."""
     parent = target.parent
-    aside = sorted(p for p in parent.iterdir() if p.is_dir() and re.fullmatch(rf"\.{re.escape(target.name)}\.old-\w+", p.name))
+    old_name = re.compile(rf"\.{re.escape(target.name)}\.old-\w+")
+    aside = sorted(p for p in parent.iterdir() if p.is_dir() and old_name.fullmatch(p.name))
     if aside and not target.exists():
         os.rename(aside.pop(), target)  # interrupted between the two renames: the old export goes back
     for path in parent.iterdir():
@@ -80,7 +81,7 @@ def _clean_leftovers(target: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def _check_replaceable(target: Path) -> None:
+def check_replaceable(target: Path) -> None:
     """An export replaces its whole folder: refuse one that holds anything but export folders."""
     if not target.exists():
         return
@@ -137,7 +138,7 @@ def staged_export(target: str | os.PathLike, only: Iterable[str] | None = None) 
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target.parent / f".{target.name}.lock")):  # exports of one folder take turns
         _clean_leftovers(target)
-        _check_replaceable(target)
+        check_replaceable(target)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
         old = None
         try:

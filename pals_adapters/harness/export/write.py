@@ -131,7 +131,9 @@ def _write_task(model: MultiTaskModel, task: str, folder: Path, base: _Base, bas
     write_manifest(folder, manifest)  # last: a folder without it never loads
 
 
-def export_base(model: MultiTaskModel, out_dir: PathLike, tokenizer=None, *, base_model_name: str | None = None) -> Path:
+def export_base(
+    model: MultiTaskModel, out_dir: PathLike, tokenizer=None, *, base_model_name: str | None = None
+) -> Path:
     """Writes the shared (fine-tuned) base to ``<out_dir>/base/`` as a plain transformers model folder
     (the other folders of ``out_dir`` are kept)."""
     with staged_export(out_dir, only=[BASE_DIR]) as staging:
