@@ -148,6 +148,8 @@ def _check_task_file(trained, task_file: str) -> None:
 
 
 def _dev_split(spec, split, glue_dir, evaluation: EvaluationRecord, limit: int | None):
+    if limit is not None and limit < 0:
+        raise ConfigError(f"--max-eval-examples {limit}: give a number >= 0 (0: every dev example)")
     data = load_split(spec, split, glue_dir=glue_dir, source=evaluation.data_source or "auto")
     limit = evaluation.max_eval_examples if limit is None else (limit or None)  # 0: every example
     return data.select(range(min(limit, len(data)))) if limit else data
@@ -245,7 +247,9 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("export", help="a task export folder, or a run's export folder")
-        p.add_argument("--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: the run's, else env GLUE_DIR)")
+        p.add_argument(
+            "--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: the run's, else env GLUE_DIR)"
+        )
         p.add_argument(
             "--task-file", default=None,
             help="optional: checked against the task stored in the export (which is what is used)",
