@@ -114,11 +114,15 @@ def test_an_export_cut_between_two_renames_is_put_back(tmp_path, monkeypatch):
     assert read_task_manifest(out / "rte").base_fingerprint == old_print and leftovers(out) == []
 
 
-def test_an_export_never_replaces_a_folder_with_other_files(tmp_path):
+def test_an_export_never_replaces_or_cleans_a_folder_with_other_files(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / ".cache.tmp-abc").mkdir()  # named like a leftover, but not in an export: left alone
+    (tmp_path / ".cache.tmp-abc" / "keep").write_text("mine too")
     with pytest.raises(ConfigError, match=r"holds notes.txt, which are not part of an export.*empty or new folder"):
         export_run(tiny_model(base="frozen"), tmp_path, base_model_name="tiny-bert")
-    assert (tmp_path / "notes.txt").read_text() == "mine" and leftovers(tmp_path) == []
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / ".cache.tmp-abc" / "keep").read_text() == "mine too"
+    assert [p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.new")] == []
 
 
 @pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775),

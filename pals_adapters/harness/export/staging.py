@@ -65,29 +65,41 @@ def _leftover(name: str, target_name: str) -> bool:
     return bool(re.fullmatch(rf"\.{re.escape(target_name)}\.(new|old)-\w+", name))
 
 
+# The temporary folders that the per-folder swaps of earlier releases left inside an export.
+_OLD_LEFTOVER = re.compile(r"\..+\.(tmp|old)-\w+")
+
+
+def _put_back_aside(target: Path) -> None:
+    """An export interrupted between the two renames of `_swap_in` left the old export aside: put it back."""
+    old_name = re.compile(rf"\.{re.escape(target.name)}\.old-\w+")
+    aside = sorted(p for p in target.parent.iterdir() if p.is_dir() and old_name.fullmatch(p.name))
+    if aside and not target.exists():
+        os.rename(aside[-1], target)
+
+
 def _clean_leftovers(target: Path) -> None:
     """Removes the staging folders of interrupted exports (the lock guarantees none is being written)."""
-    parent = target.parent
-    old_name = re.compile(rf"\.{re.escape(target.name)}\.old-\w+")
-    aside = sorted(p for p in parent.iterdir() if p.is_dir() and old_name.fullmatch(p.name))
-    if aside and not target.exists():
-        os.rename(aside.pop(), target)  # interrupted between the two renames: the old export goes back
-    for path in parent.iterdir():
+    _put_back_aside(target)
+    for path in target.parent.iterdir():
         if path.is_dir() and _leftover(path.name, target.name):
             shutil.rmtree(path, ignore_errors=True)
-    if target.is_dir():  # temporary folders of the per-folder swaps of earlier releases
+    if target.is_dir():
         for path in target.iterdir():
-            if path.is_dir() and re.fullmatch(r"\..+\.(tmp|old)-\w+", path.name):
+            if path.is_dir() and _OLD_LEFTOVER.fullmatch(path.name):
                 shutil.rmtree(path, ignore_errors=True)
 
 
 def check_replaceable(target: Path) -> None:
-    """An export replaces its whole folder: refuse one that holds anything but export folders."""
+    """An export replaces its whole folder: refuse one that holds anything but export folders (and what
+    interrupted exports left in it)."""
     if not target.exists():
         return
     if not target.is_dir():
         raise ConfigError(f"{target} is a file; give a folder for the export")
-    foreign = sorted(p.name for p in target.iterdir() if not (p.is_dir() and (p / MANIFEST).exists()))
+    foreign = sorted(
+        p.name for p in target.iterdir()
+        if not (p.is_dir() and ((p / MANIFEST).exists() or _OLD_LEFTOVER.fullmatch(p.name)))
+    )
     if foreign:
         raise ConfigError(
             f"{target} holds {', '.join(foreign[:4])}, which are not part of an export; an export replaces the "
@@ -137,8 +149,9 @@ def staged_export(target: str | os.PathLike, only: Iterable[str] | None = None) 
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target.parent / f".{target.name}.lock")):  # exports of one folder take turns
+        _put_back_aside(target)
+        check_replaceable(target)  # before anything is removed: never clean up a folder that is not an export
         _clean_leftovers(target)
-        check_replaceable(target)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
         old = None
         try:
