@@ -110,7 +110,7 @@ def test_an_export_cut_between_two_renames_is_put_back(tmp_path, monkeypatch):
         export_run(tiny_model(2, base="frozen"), out, base_model_name="tiny-bert")
     assert not out.exists()  # the old export is aside
     monkeypatch.undo()
-    staging._clean_leftovers(out)
+    staging._put_back_aside(out)  # the first step of the next export
     assert read_task_manifest(out / "rte").base_fingerprint == old_print and leftovers(out) == []
 
 

@@ -79,7 +79,6 @@ def _put_back_aside(target: Path) -> None:
 
 def _clean_leftovers(target: Path) -> None:
     """Removes the staging folders of interrupted exports (the lock guarantees none is being written)."""
-    _put_back_aside(target)
     for path in target.parent.iterdir():
         if path.is_dir() and _leftover(path.name, target.name):
             shutil.rmtree(path, ignore_errors=True)
