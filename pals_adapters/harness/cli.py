@@ -83,7 +83,8 @@ def _read_mapping(path: str) -> dict:
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f", line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"{path}{line}: not valid YAML ({getattr(err, 'problem', None) or err}); fix the file") from None
+        problem = getattr(err, "problem", None) or err
+        raise ConfigError(f"{path}{line}: not valid YAML ({problem}); fix the file") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}); fix the file") from None
     if not isinstance(data, dict):

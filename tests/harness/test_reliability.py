@@ -211,7 +211,8 @@ def test_resume_last_falls_back_from_a_damaged_checkpoint_and_says_so(tmp_path, 
 
 def test_resume_last_without_a_complete_checkpoint_is_a_clear_error(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-4", missing=["optimizer.pt"])
-    with pytest.raises(ConfigError, match=r"resume='last'.*no complete checkpoint.*checkpoint-4 \(optimizer.pt missing"):
+    expected = r"resume='last'.*no complete checkpoint.*checkpoint-4 \(optimizer.pt missing"
+    with pytest.raises(ConfigError, match=expected):
         checkpoints.last_complete_checkpoint(str(tmp_path))
     with pytest.raises(ConfigError, match="save_steps"):
         checkpoints.last_complete_checkpoint(str(tmp_path / "never-written"))
