@@ -49,3 +49,23 @@ def glue_dir():
     """The shared GLUE folder, or None (tests that need it skip)."""
     path = Path(os.environ.get("GLUE_DIR", REPO.parent / "shared" / "glue"))
     return path if path.is_dir() else None
+
+
+def fake_checkpoint(folder, missing=(), step=4):
+    """A checkpoint-N folder whose files load as the Trainer's do (without ``missing``)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    writers = {
+        "model.safetensors": lambda path: save_file({"w": torch.arange(1000.0)}, str(path)),
+        "optimizer.pt": lambda path: torch.save({"state": {0: {"exp_avg": torch.ones(99)}}, "param_groups": []}, path),
+        "scheduler.pt": lambda path: torch.save({"last_epoch": step}, path),
+        "trainer_state.json": lambda path: path.write_text(json.dumps({"global_step": step, "log_history": []})),
+    }
+    for name, write in writers.items():
+        if name not in missing:
+            write(folder / name)
+    return folder

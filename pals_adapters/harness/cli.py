@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..errors import PalsError
+from ..errors import ConfigError, PalsError
 from .accounting import count_method_parameters
 from .batches import tokenize
 from .data import load_split
 from .evaluation import evaluate_tasks, predict
-from .export import load_task
+from .export import EvaluationRecord, load_task, load_tokenizer
 from .export.manifest import read_task_manifest
 from .export.read import task_folders, task_spec_of
 from .metrics import glue_average
@@ -34,7 +34,7 @@ from .reexport import export_checkpoint
 from .report import results_table
 from .runner import RunConfig, resolve_task_names, run
 from .sampling import STRATEGIES, format_schedule, make_sampler, plot_schedule, schedule
-from .serving import DEFAULT_MAX_LENGTH, MultiTaskPredictor, read_requests, tokenizer_for
+from .serving import DEFAULT_MAX_LENGTH, MultiTaskPredictor, read_requests
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -76,13 +76,20 @@ def _config_file_defaults(argv: list[str] | None) -> dict:
 
 
 def _read_mapping(path: str) -> dict:
-    text = Path(path).read_text()
-    if path.endswith((".yaml", ".yml")):
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        line = f", line {where.line + 1}" if where is not None else ""
+        problem = getattr(err, "problem", None) or err
+        raise ConfigError(f"{path}{line}: not valid YAML ({problem}); fix the file") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}); fix the file") from None
     if not isinstance(data, dict):
-        raise PalsError(f"{path}: expected a mapping of settings")
+        raise ConfigError(f"{path}: expected a mapping of settings (name: value per line)")
     return data
 
 
@@ -93,14 +100,28 @@ def cmd_train(args) -> None:
 
 
 def _load_export(task_dir: Path, args):
-    """The task's model, tokenizer, spec (as trained, from the export) and max length."""
+    """The task's model, tokenizer, spec and max length, all as trained (from the export; the options
+    may change the base or max length, and a task file is only checked against the export's task)."""
     manifest = read_task_manifest(task_dir)
     model = load_task(task_dir, base=args.base_model)
+    tokenizer = load_tokenizer(task_dir, base=args.base_model)
     spec = task_spec_of(manifest, task_dir)
     if args.task_file:
         _check_task_file(spec, args.task_file)
     max_length = args.max_length or manifest.max_length or DEFAULT_MAX_LENGTH
-    return model, tokenizer_for(task_dir, manifest, args.base_model), spec, max_length
+    positions = getattr(model.backbone.config, "max_position_embeddings", max_length)
+    if not 0 < max_length <= positions:
+        raise ConfigError(f"--max-length {max_length}: give 1 to {positions} (the base's positions)")
+    return model, tokenizer, spec, max_length, manifest.evaluation or EvaluationRecord()
+
+
+def _glue_dir(args, evaluation: EvaluationRecord) -> str | None:
+    """--glue-dir, else the run's own GLUE folder when it is still there (else env GLUE_DIR)."""
+    if args.glue_dir:
+        return args.glue_dir
+    if evaluation.glue_dir and Path(evaluation.glue_dir).is_dir():
+        return evaluation.glue_dir
+    return None
 
 
 def _check_task_file(trained, task_file: str) -> None:
@@ -118,21 +139,39 @@ def _check_task_file(trained, task_file: str) -> None:
         )
 
 
+def _dev_split(spec, split, glue_dir, evaluation: EvaluationRecord, limit: int | None):
+    if limit is not None and limit < 0:
+        raise ConfigError(f"--max-eval-examples {limit}: give a number >= 0 (0: every dev example)")
+    data = load_split(spec, split, glue_dir=glue_dir, source=evaluation.data_source or "auto")
+    limit = evaluation.max_eval_examples if limit is None else (limit or None)  # 0: every example
+    return data.select(range(min(limit, len(data)))) if limit else data
+
+
+def evaluate_export(task_dir: Path, args) -> tuple[dict[str, float], list[int]]:
+    """Dev metrics of one exported task (flat, as the run's ``results.json`` has them) and the number of
+    examples per dev split; with no options exactly as the run scored it at its end."""
+    model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
+    glue_dir = _glue_dir(args, evaluation)
+    splits = {
+        split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer,
+                        max_length)
+        for split in spec.dev_splits
+    }
+    if not splits:
+        raise PalsError(f"task {spec.name!r} has no validation split to evaluate; add one to its task file")
+    metrics = evaluate_tasks(model, {spec.name: splits}, tokenizer, evaluation.eval_batch_size or 64)
+    return metrics, [len(data) for data in splits.values()]
+
+
 def cmd_evaluate(args) -> None:
+    """Dev scores of each task; with no options exactly as the run scored it at its end."""
     scores = {}
     for task_dir in task_folders(args.export):
-        model, tokenizer, spec, max_length = _load_export(task_dir, args)
-        task = spec.name
-        splits = {
-            split: tokenize(load_split(spec, split, glue_dir=args.glue_dir), spec, tokenizer, max_length)
-            for split in spec.dev_splits
-        }
-        if not splits:
-            raise PalsError(f"task {task!r} has no validation split to evaluate; add one to its task file")
-        metrics = evaluate_tasks(model, {task: splits}, tokenizer)
+        metrics, sizes = evaluate_export(task_dir, args)
+        task = read_task_manifest(task_dir).task
         scores[task] = metrics[f"{task}_score"]
         detail = ", ".join(f"{k}={100 * v:.2f}" for k, v in metrics.items() if k != "average")
-        print(f"{task}: {detail}")
+        print(f"{task}: {detail} ({'/'.join(map(str, sizes))} dev examples)")
     if len(scores) > 1:
         print(f"average: {100 * glue_average(scores):.2f}")
 
@@ -145,14 +184,15 @@ def cmd_predict(args) -> None:
     out = Path(args.out)
     jobs = []
     for task_dir in task_folders(args.export):
-        model, tokenizer, spec, max_length = _load_export(task_dir, args)
+        model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
         if not spec.test_splits:
             raise PalsError(f"task {spec.name!r} has no test split to predict; add 'test: FILE' to its task")
-        jobs.append((model, tokenizer, spec, max_length))
+        jobs.append((model, tokenizer, spec, max_length, evaluation))
     out.mkdir(parents=True, exist_ok=True)
-    for model, tokenizer, spec, max_length in jobs:
+    for model, tokenizer, spec, max_length, evaluation in jobs:
         for split in spec.test_splits:
-            data = load_split(spec, split, glue_dir=args.glue_dir)
+            source = evaluation.data_source or "auto"
+            data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation), source=source)
             logits = predict(model, spec.name, tokenize(data, spec, tokenizer, max_length), tokenizer)
             if spec.is_regression:
                 values = [f"{v:.3f}" for v in np.clip(logits[:, 0], *(spec.label_range or (-np.inf, np.inf)))]
@@ -220,13 +260,21 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("export", help="a task export folder, or a run's export folder")
-        p.add_argument("--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: env GLUE_DIR)")
+        p.add_argument(
+            "--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: the run's, else env GLUE_DIR)"
+        )
         p.add_argument(
             "--task-file", default=None,
             help="optional: checked against the task stored in the export (which is what is used)",
         )
         p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
         p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
+        if name == "evaluate":
+            p.add_argument(
+                "--max-eval-examples", type=int, default=None,
+                help="the first N dev examples per task; 0: all (default: as the run evaluated, so that the "
+                "scores are the run's end-of-training scores)",
+            )
         if name == "predict":
             p.add_argument(
                 "--out", required=True,

@@ -59,7 +59,7 @@ class _LabelParser:
     def __call__(self, value: Any) -> int | float:
         spec = self.spec
         if not spec.is_regression:
-            text = label_text(value)
+            text = label_text(value)  # 1, 1.0 and "1.0" are one class (ValueError for NaN, lists ...)
             if text not in self.index:
                 raise ValueError(f"label {text!r} in column {spec.label_column!r} is not one of the task's labels "
                                  f"{list(spec.labels)}; fix the row or the task's label set")
@@ -93,7 +93,7 @@ def _load_local(spec: TaskSpec, split: str, path: Path) -> datasets.Dataset:
     out: dict[str, list] = {"text_a": [], "text_b": [], "label": [], "idx": []}
     for row_index, (pos, row) in enumerate(rows):
         try:
-            texts = [text_value(get(row)) for get in getters]
+            texts = [text_value(get(row), column) for get, column in zip(getters, spec.text_columns)]
             if get_label is not None:
                 out["label"].append(parse(get_label(row)))
         except (ValueError, MissingKey) as exc:

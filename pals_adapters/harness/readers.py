@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,16 +31,22 @@ def _iter_delimited(path: Path, fmt: str, header: bool,
     handle = open(path, encoding="utf-8-sig", newline="")
     reader = csv.reader(handle, delimiter=delimiter, quoting=quoting)
 
-    def fail(exc: Exception) -> DataError:
+    def fail(exc: Exception, start: int) -> DataError:
         handle.close()
-        return DataError(f"{path}, line {reader.line_num + 1}: cannot parse ({exc}); "
-                         f"the file must be UTF-8 {fmt.upper()}")
+        if isinstance(exc, csv.Error) and "field larger than field limit" in str(exc):
+            hint = "an unbalanced quote? check the quotes of that row" if fmt == "csv" else "shorten it"
+            return DataError(f"{path}, line {start}: a field of the row starting here is longer than "
+                             f"{csv.field_size_limit():,} characters ({hint}; texts are truncated to "
+                             f"max_length tokens anyway)")
+        if isinstance(exc, UnicodeDecodeError):
+            return DataError(f"{path}, line {start}: not UTF-8 ({exc}); re-save the file as UTF-8")
+        return DataError(f"{path}, line {start}: cannot parse ({exc}); fix the row")
 
     if header:
         try:
             first = next(reader, None)
         except (csv.Error, UnicodeDecodeError) as exc:
-            raise fail(exc) from None
+            raise fail(exc, 1) from None
         if first is None or not any(c.strip() for c in first):
             handle.close()
             raise DataError(f"{path}, line 1: expected a header line with column names, found an empty line")
@@ -61,12 +69,13 @@ def _iter_delimited(path: Path, fmt: str, header: bool,
     def rows() -> Iterator[tuple[int, list[str]]]:
         with handle:
             while True:
+                start = reader.line_num + 1  # a quoted field may span lines: report where the row began
                 try:
                     row = next(reader)
                 except StopIteration:
                     return
                 except (csv.Error, UnicodeDecodeError) as exc:
-                    raise fail(exc) from None
+                    raise fail(exc, start) from None
                 line = reader.line_num
                 if not row:
                     raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
@@ -162,7 +171,10 @@ def read_column(path: str | os.PathLike, column: str, file_format: str,
             value = get(row)
         except MissingKey as exc:
             raise DataError(f"{path}, {unit} {pos}: {exc}") from None
-        text = label_text(value)
+        try:
+            text = label_text(value)
+        except ValueError as exc:
+            raise DataError(f"{path}, {unit} {pos}: column {column!r}: {exc}") from None
         if not text:
             raise DataError(f"{path}, {unit} {pos}: empty label in column {column!r}; every row needs a label")
         values.append(text)
@@ -172,12 +184,38 @@ def read_column(path: str | os.PathLike, column: str, file_format: str,
 
 
 def label_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return "" if value is None else str(value).strip()
-
-
-def text_value(value: Any) -> str:
+    """A classification label as the text that names its class. Numbers are written one way, so
+    ``1``, ``1.0`` and ``"1.0"`` are all the label ``"1"``; ``""`` for a missing value (None).
+    ValueError for a value that names no class (NaN, inf, a list, an object)."""
     if value is None:
-        raise ValueError("text is null")
-    return value if isinstance(value, str) else str(value)
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    number = value
+    if isinstance(value, str):
+        if not _NUMBER.fullmatch(value.strip()):
+            return value.strip()  # a class name
+        number = float(value)
+    if not isinstance(number, (int, float)):
+        raise ValueError(f"a label must be a string or a number, found {type(value).__name__} {value!r}")
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ValueError(f"label {value!r} names no class (a missing value?); give every row its label")
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    return str(number)
+
+
+# Plain decimal numbers and the spellings of NaN / infinity (not Python's "1_000").
+_NUMBER = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE)
+
+
+def text_value(value: Any, column: str) -> str:
+    """A text field as it is; anything but a string (null, NaN, a number, a list) is refused."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        raise ValueError(f"text in column {column!r} is null; every row needs its text")
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError(f"text in column {column!r} is NaN (a missing value?); every row needs its text")
+    raise ValueError(f"text in column {column!r} must be a string, found {type(value).__name__} {value!r}; "
+                     "quote it in the file")

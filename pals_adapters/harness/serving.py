@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from ..errors import ConfigError, DataError
-from .export.manifest import TaskManifest, read_task_manifest
-from .export.read import load_tasks, task_folders
-from .model import MultiTaskModel, resolve_model
+from .export.manifest import read_task_manifest
+from .export.read import load_tasks, load_tokenizer, task_folders
+from .model import MultiTaskModel
 from .readers import MissingKey, getter, iter_records
 
 DEFAULT_MAX_LENGTH = 128
@@ -36,17 +36,6 @@ class Prediction:
     task: str
     label: str | float
     logits: tuple[float, ...]
-
-
-def tokenizer_for(folder: Path, manifest: TaskManifest, base=None) -> PreTrainedTokenizerBase:
-    """The tokenizer a task was trained with: the exported base's (fine-tuned runs) or its base model's."""
-    if isinstance(base, (str, os.PathLike)):
-        return AutoTokenizer.from_pretrained(resolve_model(str(base)))
-    if manifest.base_path and (folder / manifest.base_path / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(str(folder / manifest.base_path))
-    if not manifest.base_model_name:
-        raise ConfigError(f"{folder}: the export names no base model to take the tokenizer from; pass base=")
-    return AutoTokenizer.from_pretrained(resolve_model(manifest.base_model_name))
 
 
 class MultiTaskPredictor:
@@ -79,7 +68,8 @@ class MultiTaskPredictor:
         model = load_tasks(folders, base, allow_pickle=allow_pickle)
         manifests = {folder: read_task_manifest(folder) for folder in folders}
         lengths = {m.task: m.max_length or DEFAULT_MAX_LENGTH for m in manifests.values()}
-        tokenizer = tokenizer_for(folders[0], manifests[folders[0]], base)
+        # checked against the tokenizer files recorded at export
+        tokenizer = load_tokenizer(folders[0], base=str(base) if isinstance(base, (str, os.PathLike)) else None)
         return cls(model, tokenizer, lengths, batch_size)
 
     def predict(self, requests: Sequence[Mapping]) -> list[Prediction]:

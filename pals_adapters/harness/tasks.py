@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import ConfigError, UnknownNameError
-from .readers import read_column
+from .readers import label_text, read_column
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews")
 REGRESSION_METRICS = ("pearson", "spearman")
@@ -94,6 +95,22 @@ class TaskSpec:
         return Path(glue_dir) / (self.glue_folder or self.name) / self.splits[split]
 
 
+def spec_to_json(spec: TaskSpec) -> dict[str, Any]:
+    """The spec as plain JSON values (labels in their order); `spec_from_json` reads it back."""
+    data = {f.name: getattr(spec, f.name) for f in fields(spec)}
+    data["num_text_columns"] = len(spec.text_columns)  # for readers of the manifest that are not Python
+    return json.loads(json.dumps(data))
+
+
+def spec_from_json(data: dict[str, Any]) -> TaskSpec:
+    """The spec written by `spec_to_json` (ConfigError when it is not a valid spec)."""
+    known = {f.name for f in fields(TaskSpec)}
+    try:
+        return TaskSpec(**{k: v for k, v in data.items() if k in known})
+    except TypeError as err:  # a required field is missing
+        raise ConfigError(f"not a task spec: {err}") from None
+
+
 def _set(spec: TaskSpec, name: str, value: Any) -> None:
     object.__setattr__(spec, name, value)
 
@@ -115,11 +132,25 @@ def _str_tuple(spec: TaskSpec, name: str, allow_none: bool = False) -> None:
     _set(spec, name, value)
 
 
+# A task name becomes an export folder (next to base/), a module key and a metric prefix.
+_TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+RESERVED_NAMES = ("base",)
+
+
+def check_task_name(name: Any) -> None:
+    """Refuses a task name that cannot name an export folder and a model key (ConfigError)."""
+    if not isinstance(name, str) or not _TASK_NAME.fullmatch(name) or name.lower() in RESERVED_NAMES:
+        raise ConfigError(
+            f"task name {name!r}: use letters, digits, '_' and '-', starting with a letter or digit, at most 64 "
+            f"characters, not {' or '.join(map(repr, RESERVED_NAMES))} (the name becomes a folder of the export)"
+        )
+
+
 def _validate(spec: TaskSpec) -> None:
     """Normalise sequences to tuples and check every field (ConfigError naming it)."""
-    if not isinstance(spec.name, str) or not spec.name:
-        raise ConfigError(f"TaskSpec.name must be a non-empty string, got {spec.name!r}")
+    check_task_name(spec.name)
     where = f"task {spec.name!r}: TaskSpec"
+    _canonical_labels(spec, where)
     for name in ("text_columns", "labels", "metrics"):
         _str_tuple(spec, name)
     for name in ("hub_columns", "hub_labels"):
@@ -128,6 +159,9 @@ def _validate(spec: TaskSpec) -> None:
         raise ConfigError(f"{where}.text_columns must name 1 or 2 columns, got {spec.text_columns!r}")
     if spec.label_column is not None and (not isinstance(spec.label_column, str) or not spec.label_column):
         raise ConfigError(f"{where}.label_column must be a non-empty string or None")
+    if spec.label_column in spec.text_columns:
+        raise ConfigError(f"{where}.label_column {spec.label_column!r} is also a text column: the label would be "
+                          "part of the input; name another column")
     if not isinstance(spec.is_regression, bool):
         raise ConfigError(f"{where}.is_regression must be a bool")
     if spec.is_regression and spec.labels:
@@ -165,6 +199,23 @@ def _validate(spec: TaskSpec) -> None:
     if spec.hub_labels is not None and sorted(spec.hub_labels) != sorted(spec.labels):
         raise ConfigError(f"{where}.hub_labels must be a permutation of labels {spec.labels!r}")
     _validate_range(spec, where)
+
+
+def _canonical_labels(spec: TaskSpec, where: str) -> None:
+    # the labels as the data reader writes them (1 and 1.0 are one class), so that every row finds its class
+    for name in ("labels", "hub_labels"):
+        value = getattr(spec, name)
+        if value is None or isinstance(value, str) or not isinstance(value, (list, tuple)):
+            continue  # _str_tuple reports what is wrong with it
+        try:
+            labels = tuple(label_text(v) for v in value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{name}: {exc}") from None
+        twice = sorted({label for label in labels if labels.count(label) > 1})
+        if twice:
+            raise ConfigError(f"{where}.{name} {list(value)!r} names the label {twice[0]!r} twice (numbers are one "
+                              "label however written: 1, 1.0, '01'); list each class once")
+        _set(spec, name, labels)
 
 
 def _validate_header(spec: TaskSpec, where: str) -> None:
@@ -287,6 +338,7 @@ def custom_task(name: str, *, train: str | os.PathLike | None = None,
     order when all are integers); ``metrics`` default to accuracy or pearson+spearman;
     ``format`` defaults to the files' extension (.csv, .tsv, .jsonl/.json).
     """
+    check_task_name(name)  # before any file is read
     if type not in ("classification", "regression"):
         raise ConfigError(f"task {name!r}: type must be 'classification' or 'regression', got {type!r}")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
@@ -305,7 +357,7 @@ def custom_task(name: str, *, train: str | os.PathLike | None = None,
         metrics = REGRESSION_METRICS if regression else ("accuracy",)
     if labels is None and not regression:
         labels = _infer_labels(name, splits.get("train"), text_columns, label_column, format)
-    labels = tuple(str(x) for x in labels) if labels is not None else ()
+    labels = tuple(labels) if labels is not None else ()
     return TaskSpec(name=name, text_columns=text_columns, label_column=label_column, is_regression=regression,
                     labels=labels, metrics=metrics, splits=splits, file_format=format, data_dir=str(base),
                     label_range=label_range)
@@ -320,21 +372,21 @@ def _infer_labels(name: str, train: str | None, text_columns: Any, label_column:
     if len(values) < 2:
         raise ConfigError(f"task {name!r}: train file {train} has fewer than 2 distinct labels {values}; "
                           f"set labels explicitly")
-    if len(values) > 20 and all(_is_number(v) for v in values) and not all(float(v).is_integer() for v in values):
+    numbers = [_as_number(v) for v in values]
+    if len(values) > 20 and None not in numbers and not all(n.is_integer() for n in numbers):
         examples = ", ".join(values[:3])
         raise ConfigError(f"task {name!r}: train file {train} has {len(values)} distinct numeric labels ({examples}, ...); "
                           f"if they are scores, declare `type: regression`; if they are classes, list them in `labels`")
-    if all(v.lstrip("-").isdigit() for v in values):
-        values.sort(key=int)
+    if None not in numbers:  # numeric labels in numeric order (2 before 10)
+        values = [v for _, v in sorted(zip(numbers, values))]
     return tuple(values)
 
 
-def _is_number(text: str) -> bool:
+def _as_number(label: str) -> float | None:
     try:
-        float(text)
+        return float(label)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def load_task_specs(path: str | os.PathLike) -> list[TaskSpec]:

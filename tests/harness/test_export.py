@@ -119,7 +119,8 @@ def test_manifest_records_task_method_base_and_hashes(exported):
     spec = manifest["task_spec"]
     assert spec["labels"] == ["entailment", "not_entailment"] and spec["is_regression"] is False
     assert spec["metrics"] == ["accuracy"] and spec["num_text_columns"] == 2
-    assert manifest["task"] == "rte" and manifest["format_version"] == 1
+    assert manifest["task"] == "rte" and manifest["format_version"] == 2
+    assert manifest["base_config"]["hidden_act"] == "gelu" and "_name_or_path" not in manifest["base_config"]
     assert manifest["method"] == {"name": "pals", "kind": "adapters", "overrides": {}}
     assert manifest["base_mode"] == "finetune" and manifest["base_model_name"] == BASE_NAME
     assert manifest["base_fingerprint"] == fingerprint_model(model) and manifest["base_path"] == "../base"

@@ -153,6 +153,16 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
         scores = evaluate_tasks(loaded, {task: dev[task]}, tokenizer, batch_size=8)
         assert scores[f"{task}_score"] == pytest.approx(results["metrics"][f"{task}_score"], abs=1e-6)
 
+    # `evaluate` with no options gives exactly the end-of-training scores (settings from the export)
+    from pals_adapters.harness.cli import build_parser, evaluate_export
+
+    for task in ("rte", "stsb"):
+        args = build_parser().parse_args(["evaluate", str(out / "export" / task)])
+        metrics, sizes = evaluate_export(out / "export" / task, args)
+        assert sizes == [24]
+        own = {k: v for k, v in results["metrics"].items() if k.startswith(f"{task}_")}
+        assert {k: v for k, v in metrics.items() if k != "average"} == own
+
     base_option = [] if base == "finetune" else ["--base-model", str(tiny_model_dir)]
     assert main(["predict", str(out / "export"), "--glue-dir", str(GLUE), "--out", str(tmp_path / "pred")] + base_option) == 0
     lines = (tmp_path / "pred" / "RTE.tsv").read_text().splitlines()

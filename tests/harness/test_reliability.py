@@ -1,7 +1,9 @@
 """Reliability: distributed training, interrupted runs, safe weight files, bad input, threads, config properties."""
 
+import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,18 +14,17 @@ from pathlib import Path
 
 import adapters
 import pytest
+import reliability_cases as cases
 import safetensors
 import safetensors.torch
 import torch
 from adapters import AdapterConfig, AdapterSetup, AutoAdapterModel
+from helpers import REPO, batch, fake_checkpoint, glue_dir, tiny_bert_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertModel, GPT2Config, GPT2Model, TrainerCallback
 
 import pals_adapters
-from pals_adapters.harness import checkpoints
-from pals_adapters.harness import runner as harness
-from pals_adapters.harness.data import load_split
 from pals_adapters.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
 from pals_adapters.errors import (
     AdapterLoadError,
@@ -33,13 +34,16 @@ from pals_adapters.errors import (
     UnknownNameError,
     UnsupportedModelError,
 )
+from pals_adapters.harness import checkpoints
+from pals_adapters.harness import runner as harness
+from pals_adapters.harness.data import load_split
 from pals_adapters.harness.methods import check_base_mode, get_method
 from pals_adapters.harness.model import MultiTaskModel
+from pals_adapters.harness.report import task_metrics
+from pals_adapters.harness.run_folder import prepare_run_folder
 from pals_adapters.harness.sampling import make_sampler
 from pals_adapters.harness.tasks import GLUE_TASKS, custom_task, get_task, load_task_specs
 from pals_adapters.harness.trainer import MultiTaskTrainer
-
-from helpers import REPO, batch, glue_dir, tiny_bert_config
 
 GLUE = glue_dir()
 needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
@@ -148,6 +152,9 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, tiny_model_dir, mon
         if getattr(callback, "training_bar", None) is not None:
             callback.training_bar.close()
     assert sorted(p.name for p in (tmp_path / "b").glob("checkpoint-*")) == ["checkpoint-4"]
+    # a newer checkpoint whose optimizer file was cut short: resume falls back to checkpoint-4
+    shutil.copytree(tmp_path / "b" / "checkpoint-4", tmp_path / "b" / "checkpoint-6")
+    truncate(tmp_path / "b" / "checkpoint-6" / "optimizer.pt")
     resumed = instrument(monkeypatch)
     results_b = harness.run(small_run(tiny_model_dir, tmp_path / "b", resume="last"))
 
@@ -164,13 +171,6 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, tiny_model_dir, mon
     assert not list(tmp_path.rglob(".model.safetensors.*")), "no temporary weight file is left behind"
 
 
-def fake_checkpoint(folder, missing=()):
-    folder.mkdir(parents=True)
-    for name in checkpoints.CHECKPOINT_FILES:
-        if name not in missing:
-            (folder / name).write_bytes(b"x")
-
-
 def test_resume_last_skips_a_checkpoint_whose_write_did_not_finish(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-4")
     fake_checkpoint(tmp_path / "checkpoint-12")
@@ -180,9 +180,39 @@ def test_resume_last_skips_a_checkpoint_whose_write_did_not_finish(tmp_path):
     assert checkpoints.last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-12")  # numeric, not text order
 
 
+def truncate(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+DAMAGE = {
+    "truncated trainer_state.json": lambda c: truncate(c / "trainer_state.json"),
+    "truncated optimizer.pt": lambda c: truncate(c / "optimizer.pt"),
+    "truncated scheduler.pt": lambda c: truncate(c / "scheduler.pt", keep=0.9),
+    "truncated model.safetensors": lambda c: truncate(c / "model.safetensors", keep=0.99),
+    "flipped byte in optimizer.pt": lambda c: c.joinpath("optimizer.pt").write_bytes(
+        bytes(b ^ (i == 200) for i, b in enumerate(c.joinpath("optimizer.pt").read_bytes()))
+    ),
+    "truncated rng_state.pth": lambda c: (torch.save({"x": torch.ones(64)}, c / "rng_state.pth"),
+                                          truncate(c / "rng_state.pth")),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_resume_last_falls_back_from_a_damaged_checkpoint_and_says_so(tmp_path, damage, caplog):
+    fake_checkpoint(tmp_path / "checkpoint-4")
+    fake_checkpoint(tmp_path / "checkpoint-8")
+    DAMAGE[damage](tmp_path / "checkpoint-8")
+    with caplog.at_level("WARNING"):
+        assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    file = damage.split()[-1]
+    assert f"checkpoint-8 ({file}" in caplog.text and "resuming from checkpoint-4" in caplog.text
+
+
 def test_resume_last_without_a_complete_checkpoint_is_a_clear_error(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-4", missing=["optimizer.pt"])
-    with pytest.raises(ConfigError, match=r"resume='last'.*no complete checkpoint.*1 incomplete.*trainer_state.json"):
+    expected = r"resume='last'.*no complete checkpoint.*checkpoint-4 \(optimizer.pt missing"
+    with pytest.raises(ConfigError, match=expected):
         checkpoints.last_complete_checkpoint(str(tmp_path))
     with pytest.raises(ConfigError, match="save_steps"):
         checkpoints.last_complete_checkpoint(str(tmp_path / "never-written"))
@@ -415,14 +445,110 @@ BAD_INPUT = {
     "cli-unknown-precision": (cli("--precision", "fp8"), SystemExit, ["precision='fp8'", "bf16"]),
     "cli-malformed-method": (cli("--method", "pals[hidden_size_aug="), SystemExit, ["pals[hidden_size_aug="]),
     "cli-config-file-unknown-key": (cli_config_file, SystemExit, ["run.yaml", "metod"]),
+    # issue 9.1: evaluate / predict use what was trained
+    "evaluate-task-file-with-reordered-labels": (
+        cases.evaluate_with_reordered_labels, SystemExit,
+        ["task 'mine' differs", "labels: trained ('neg', 'pos'), task file ('pos', 'neg')", "leave out --task-file"]),
+    "evaluate-base-with-another-tokenizer": (
+        cases.evaluate_on_a_base_with_another_tokenizer, SystemExit,
+        ["tokenizer of", "other-base", "tokenizer_config.json", "use the base the task was trained on"]),
+    # issue 9.2: one run per output folder
+    "second-run-into-a-busy-folder": (cases.second_run_into_a_busy_folder, ConfigError,
+                                      ["in use by another run", ".pals-bench.lock", "choose another output_dir"]),
+    # issue 9.3: resume only what it was
+    **{
+        f"resume-with-other-{name}": (cases.resumed_with(**change), ConfigError,
+                                      ["resume:", "other settings", fragment, "start a new run"])
+        for name, change, fragment in [
+            ("tasks", {"tasks": ["a"]}, "tasks: run ['a', 'a_b'], now ['a']"),
+            ("seed", {"seed": 7}, "seed: run 42, now 7"),
+            ("sampler", {"sampler": "proportional"}, "sampler: run 'round_robin', now 'proportional'"),
+            ("method", {"method": "houlsby"}, "method: run 'pals', now 'houlsby'"),
+            ("widths", {"method": "pals[hidden_size_aug=12]"}, "now 'pals[hidden_size_aug=12]'"),
+            ("lr", {"lr": 1e-3}, "lr: run 2e-05, now 0.001"),
+            ("adapter-lr", {"adapter_lr": 1e-3}, "adapter_lr: run None, now 0.001"),
+            ("batch-size", {"batch_size": 8}, "batch_size: run 4, now 8"),
+            ("steps", {"max_steps": 16}, "max_steps: run 8, now 16"),
+        ]
+    },
+    "resume-with-reordered-task-labels": (
+        cases.resumed_with(edit=lambda tmp: cases.user_tasks(tmp, labels="[pos, neg]")), ConfigError,
+        ["task 'a' labels: run ['neg', 'pos'], now ['pos', 'neg']"]),
+    "fresh-run-over-checkpoints": (cases.fresh_run_over_checkpoints, ConfigError,
+                                   ["already holds checkpoints", "checkpoint-4", "resume='last'", "new output_dir"]),
+    # issue 9.4: names and settings checked before training
+    "tasks-listed-twice-in-two-spellings": (cli("--tasks", "rte", "RTE"), SystemExit, ["'rte' is listed twice"]),
+    **{
+        f"task-name-{label}": (cases.task_named(name), SystemExit, [f"task name {name!r}", "letters, digits"])
+        for label, name in [("base", "base"), ("slash", "a/b"), ("dotted", "a.b"), ("300-characters", "x" * 300),
+                            ("leading-dot", ".hidden")]
+    },
+    "negative-adapter-lr": (cli("--adapter-lr=-1e-3"), SystemExit, ["adapter_lr=-0.001", "must be > 0"]),
+    "max-eval-examples-minus-one": (cli("--max-eval-examples", "-1"), SystemExit, ["max_eval_examples=-1", "> 0"]),
+    "eval-steps-zero": (cli("--eval-steps", "0"), SystemExit, ["eval_steps=0", "> 0"]),
+    "warmup-ratio-above-one": (cli("--warmup-ratio", "1.5"), SystemExit, ["warmup_ratio=1.5", "< 1"]),
+    "max-length-beyond-positions": (cases.cli_train("--max-length", "4096", "--tasks", "rte", model=True),
+                                    SystemExit, ["max_length=4096", "has 128 positions", "max_length <= 128"]),
+    "model-that-does-not-exist": (cli("--model", "/no/such/model", "--tasks", "rte"), SystemExit,
+                                  ["model '/no/such/model'", "cannot read its config"]),
+    "config-file-yaml-syntax-error": (cases.config_file("method: pals\ntasks: [rte, \n  sst2: x\n"), SystemExit,
+                                      ["run.yaml, line", "not valid YAML"]),
+    "config-file-select-best-as-string": (cases.config_file("select_best: 'false'\n"), SystemExit,
+                                          ["select_best='false' (str)", "true or false"]),
+    "config-file-tasks-as-string": (cases.config_file("tasks: rte\n"), SystemExit,
+                                    ["tasks='rte' (str)", "a list of str values"]),
+    "config-file-steps-as-float": (cases.config_file("max_steps: 10.5\n"), SystemExit, ["max_steps=10.5", "whole"]),
+    # issue 9.5: the base is part of the fingerprint
+    "base-manifest-deleted": (cases.base_damaged("manifest deleted"), IntegrityError,
+                              ["base/manifest.json is missing"]),
+    "base-manifest-corrupted": (cases.base_damaged("manifest corrupted"), IntegrityError,
+                                ["base/manifest.json cannot be read as JSON"]),
+    "base-config-changed": (cases.base_damaged("config changed"), IntegrityError,
+                            ["config.json is corrupted", "manifest.json expects"]),
+    "base-config-changed-manifest-updated": (cases.base_damaged("config changed, manifest updated"), AdapterLoadError,
+                                             ["another model config", "hidden_act: trained with 'gelu'", "'relu'"]),
+    "frozen-base-config-changed": (cases.frozen_base_with_changed_config, AdapterLoadError,
+                                   ["pretrained", "hidden_act: trained with 'gelu', this base has 'relu'"]),
+    # issue 9.8: data that means what it says
+    "jsonl-nan-text": (load_user("train.jsonl", '{"text": NaN, "label": "a"}\n', text_columns="text"), DataError,
+                       ["train.jsonl, line 1", "column 'text' is NaN"]),
+    "jsonl-nan-label": (load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": "y", "label": NaN}\n',
+                                  text_columns="text"), DataError, ["train.jsonl, line 2", "label nan names no class"]),
+    "jsonl-list-as-text": (load_user("train.jsonl", '{"text": ["x", "y"], "label": "a"}\n', text_columns="text"),
+                           DataError, ["train.jsonl, line 1", "column 'text' must be a string, found list"]),
+    "csv-nan-label": (load_user("train.csv", "text,label\nx,a\ny,NaN\n", text_columns="text"), DataError,
+                      ["train.csv, line 3", "label 'NaN' names no class"]),
+    "label-column-is-a-text-column": (load_user("train.csv", "text,label\nx,a\n", text_columns=["text", "label"]),
+                                      ConfigError, ["label_column 'label' is also a text column"]),
+    "csv-field-over-131072-characters": (
+        load_user("train.csv", "text,label\nx,a\n" + "y" * 140_000 + ",b\n", text_columns="text"), DataError,
+        ["train.csv, line 3", "longer than 131,072 characters", "unbalanced quote"]),
+    "task-labels-1-and-1.0": (lambda tmp: custom_task("mine", train="t.csv", labels=[1, 1.0]), ConfigError,
+                              ["task 'mine'", "labels [1, 1.0] names the label '1' twice", "list each class once"]),
 }
 
 
+@pytest.fixture
+def training_steps(monkeypatch):
+    """The training steps taken (none may run before a refusal)."""
+    taken = []
+    step = MultiTaskTrainer.training_step
+
+    def counted(self, *args, **kwargs):
+        taken.append(self.state.global_step)
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiTaskTrainer, "training_step", counted)
+    return taken
+
+
 @pytest.mark.parametrize("case", list(BAD_INPUT))
-def test_bad_input_is_a_specific_error_that_says_what_to_fix(case, tmp_path, capsys):
+def test_bad_input_is_a_specific_error_that_says_what_to_fix(case, tmp_path, capsys, tiny_model_dir, training_steps):
     action, error, fragments = BAD_INPUT[case]
+    cases.TINY["model"] = tiny_model_dir
     with pytest.raises(error) as info:
         action(tmp_path)
+    assert training_steps == [], "a training step ran before the refusal"
     if error is SystemExit:
         assert info.value.code == 2
         err = capsys.readouterr().err
@@ -440,7 +566,57 @@ def test_bad_input_is_a_specific_error_that_says_what_to_fix(case, tmp_path, cap
 
 
 def test_the_bad_input_table_is_broad():
-    assert len(BAD_INPUT) >= 25
+    assert len(BAD_INPUT) >= 75
+
+
+def user_labels(name, content):
+    """The inferred labels and the loaded label indices of a user file (labels not declared)."""
+
+    def load(tmp):
+        (tmp / name).write_text(content)
+        spec = custom_task("mine", train=str(tmp / name), text_columns="text")
+        return spec.labels, load_split(spec, "train", source="local")["label"]
+
+    return load
+
+
+def allowed_resume_change(tmp):
+    """A resume that changes only how often it logs goes ahead, and says what changed."""
+    config = cases.run_folder_with_checkpoint(tmp)
+    changed = dataclasses.replace(config, resume="last", logging_steps=1, export=True)
+    return prepare_run_folder(changed, changed.validate())
+
+
+RIGHT_RESULT = {
+    # what users write is what they mean: (action, expected result)
+    "glue-names-as-users-write-them": (lambda tmp: list(harness.resolve_task_names(["SST-2", "sts-b", "MNLI", "qnli"])),
+                                       ["sst2", "stsb", "mnli", "qnli"]),
+    "csv-labels-1-and-1.0-are-one-class": (user_labels("t.csv", "text,label\nx,1\ny,1.0\nz,0\nw, 01\n"),
+                                           (("0", "1"), [1, 1, 0, 1])),
+    "jsonl-labels-1-and-1.0-are-one-class": (
+        user_labels("t.jsonl", '{"text": "x", "label": 1}\n{"text": "y", "label": "1.0"}\n'
+                               '{"text": "z", "label": 0.0}\n'),
+        (("0", "1"), [1, 1, 0])),
+    "numeric-labels-in-numeric-order": (user_labels("t.csv", "text,label\nx,10\ny,2\nz,2.5\n"),
+                                        (("2", "2.5", "10"), [2, 0, 1])),
+    "metrics-of-a-are-not-those-of-a_b": (
+        lambda tmp: task_metrics({"a_accuracy": 0.5, "a_b_accuracy": 0.9, "a_score": 0.5, "a_b_score": 0.9},
+                                 "a", ["a", "a_b"]),
+        {"accuracy": 0.5, "score": 0.5}),
+    "resume-may-change-logging": (allowed_resume_change, "checkpoint-4"),
+}
+
+
+@pytest.mark.parametrize("case", list(RIGHT_RESULT))
+def test_what_users_write_gives_the_right_result(case, tmp_path, tiny_model_dir, caplog):
+    action, expected = RIGHT_RESULT[case]
+    cases.TINY["model"] = tiny_model_dir
+    result = action(tmp_path)
+    if isinstance(expected, str):
+        assert result.endswith(expected)
+        assert "logging_steps: run 4, now 1" in caplog.text and "export: run False, now True" in caplog.text
+    else:
+        assert result == expected
 
 
 # --- 5. threads ------------------------------------------------------------------------------------
@@ -490,15 +666,20 @@ def test_threads_with_different_pal_adapters_give_serial_outputs():
         assert all(torch.equal(a, b) for a, b in zip(threaded[name], serial[name])), name
 
 
-def test_threads_running_different_tasks_of_a_multitask_model_give_serial_outputs():
+@pytest.mark.parametrize("method", ["pals", "houlsby", "peft_lora"])
+def test_threads_running_different_tasks_of_a_multitask_model_give_serial_outputs(method):
     tasks = {name: GLUE_TASKS[name] for name in ("rte", "stsb", "mrpc", "cola")}
-    model = MultiTaskModel(BertModel(tiny_bert_config()), tasks, get_method("pals"), "frozen").eval()
+    model = MultiTaskModel(BertModel(tiny_bert_config()), tasks, get_method(method), "frozen").eval()
+    with torch.no_grad():  # every task's own weights off their start (LoRA's B starts at 0: all tasks alike)
+        for param in model.trainable_parameters():
+            param.add_(torch.randn_like(param) * 0.1)
 
     def outputs(task):
         with torch.no_grad():
             return [model(task, ids, mask)["logits"] for _ in range(REPEATS) for ids, mask in INPUTS]
 
     serial = {task: outputs(task) for task in tasks}
+    assert not torch.equal(serial["rte"][0], serial["mrpc"][0])  # a mix-up would show
     threaded = run_in_threads(outputs, list(tasks))
     for task in tasks:
         assert all(torch.equal(a, b) for a, b in zip(threaded[task], serial[task])), task

@@ -1,19 +1,16 @@
-"""Folder-level safety of an export: atomic folder swaps, sha256 of every file, refusing pickle
-files and files that name another task."""
+"""File-level safety of an export folder: sha256 of every file, refusing pickle files and files that
+name another task. (Swapping a whole export in at once is `staging`'s job.)"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
-import os
-import re
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from ...errors import ConfigError, IntegrityError
+from ..tasks import check_task_name  # noqa: F401  (the export's rule for folder names)
 from ..weights import weights_task
 from .manifest import MANIFEST, TaskManifest
 
@@ -21,14 +18,6 @@ BASE_DIR = "base"
 ADAPTER_CONFIG = "adapter_config.json"  # same name in `adapters` and PEFT
 # Extensions whose loading unpickles (arbitrary code execution on a malicious file).
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-
-
-def check_task_name(task: str) -> None:
-    # the task name becomes a folder name next to base/ and the temporary folders
-    if not isinstance(task, str) or not task or task == BASE_DIR or task.startswith(".") or re.search(r"[/\\]", task):
-        raise ConfigError(
-            f"task name {task!r} cannot be an export folder name (not '{BASE_DIR}', no '/', no leading '.')"
-        )
 
 
 def _sha256_file(path: Path) -> str:
@@ -48,37 +37,6 @@ def hash_files(folder: Path) -> dict[str, str]:
             raise ConfigError(f"unexpected non-file {path} in an export folder")
         files[path.name] = _sha256_file(path)
     return files
-
-
-def _replace_dir(tmp: Path, target: Path) -> None:
-    # os.replace cannot replace a non-empty folder: move the old one aside first, then swap.
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.rmdir(old)
-        os.replace(target, old)
-    try:
-        os.replace(tmp, target)
-    except BaseException:
-        if old is not None:
-            os.replace(old, target)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def atomic_dir(target: Path):
-    """Yields a hidden temporary sibling of ``target``; on success it becomes ``target``, else it is removed."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the export is meant to be shared
-        yield tmp
-        _replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def refuse_pickle(folder: Path, files: Mapping[str, str], allow_pickle: bool) -> None:

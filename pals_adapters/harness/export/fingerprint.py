@@ -1,12 +1,16 @@
-"""The shared base of a multi-task model: its weights under plain transformers names, and a
-fingerprint that identifies them (a task export records the fingerprint of the base it needs)."""
+"""What the shared base of a multi-task model is: its weights under plain transformers names and their
+fingerprint, its model config, and its tokenizer's files. A task export records all three of the
+base it needs; loading checks each."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import struct
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -116,3 +120,47 @@ def dtype_name(state_dict: Mapping[str, torch.Tensor]) -> str:
 
 def dtype_of(state: Mapping[str, torch.Tensor]) -> torch.dtype:
     return getattr(torch, dtype_name(state))
+
+
+# Config fields that say where or how a model was loaded, not what it computes (dtype and attention
+# kernels are recorded on their own).
+_NOT_IDENTITY = frozenset({
+    "_name_or_path", "transformers_version", "architectures", "dtype", "torch_dtype", "_commit_hash",
+    "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "adapters",
+})
+
+
+def base_config(model: nn.Module) -> dict:
+    """The base's model config as JSON values: with its weights and tokenizer, what the base is (a changed
+    ``hidden_act`` changes every output while the weights stay the same)."""
+    config = clean_config(backbone_of(model)).to_dict()
+    kept = {k: v for k, v in config.items() if k not in _NOT_IDENTITY}
+    return json.loads(json.dumps(kept, sort_keys=True, default=str))
+
+
+def config_differences(recorded: Mapping, live: Mapping) -> list[str]:
+    """Readable lines for the settings of two `base_config` dicts that differ (those both have)."""
+    return [
+        f"{key}: trained with {recorded[key]!r}, this base has {live[key]!r}"
+        for key in sorted(set(recorded) & set(live))
+        if key not in _NOT_IDENTITY and recorded[key] != live[key]
+    ]
+
+
+def tokenizer_files(tokenizer) -> dict[str, str]:
+    """sha256 of each file ``tokenizer.save_pretrained`` writes (vocabulary, normalisation, special tokens,
+    padding side ...). JSON files are hashed in a canonical form, without the truncation and padding of the
+    last call that tokenizer.json carries."""
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer.save_pretrained(folder)
+        digests = {}
+        for path in sorted(Path(folder).iterdir()):
+            data = path.read_bytes()
+            if path.suffix == ".json":
+                value = json.loads(data)
+                if path.name == "tokenizer.json":
+                    value.pop("truncation", None)
+                    value.pop("padding", None)
+                data = json.dumps(value, sort_keys=True).encode()
+            digests[path.name] = hashlib.sha256(data).hexdigest()
+    return digests

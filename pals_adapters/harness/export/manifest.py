@@ -20,7 +20,7 @@ from ...errors import IntegrityError
 from ..methods import BASE_MODES
 from ..weights import json_default
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the base's config and tokenizer are part of its identity; evaluation settings
 MANIFEST = "manifest.json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -35,6 +35,16 @@ class MethodRecord:
 
 
 @dataclass(frozen=True)
+class EvaluationRecord:
+    """How the run scored the task at its end; `pals-bench evaluate` repeats it unless told otherwise."""
+
+    max_eval_examples: int | None = None
+    eval_batch_size: int | None = None
+    glue_dir: str | None = None
+    data_source: str | None = None
+
+
+@dataclass(frozen=True)
 class BaseManifest:
     """``<export>/base/manifest.json``: a fine-tuned shared base, as a plain transformers folder."""
 
@@ -45,6 +55,7 @@ class BaseManifest:
     files: dict[str, str]
     base_model_name: str | None = None
     attn_implementation: str | None = None
+    tokenizer_files: dict[str, str] | None = None  # see fingerprint.tokenizer_files
     format_version: int = FORMAT_VERSION
 
 
@@ -58,14 +69,17 @@ class TaskManifest:
     task_spec: dict[str, Any]
     method: MethodRecord
     base_mode: str
-    base_fingerprint: str
+    base_fingerprint: str  # of the base weights
     base_dtype: str
     files: dict[str, str]
+    base_config: dict[str, Any]  # the base's model config: with the weights and tokenizer, what the base is
     base_model_name: str | None = None
     attn_implementation: str | None = None
     base_path: str | None = None  # relative to the task folder; None for a frozen (unchanged) base
     metrics: dict[str, float] | None = None
     max_length: int | None = None  # tokens per example in training: evaluate / predict use the same
+    tokenizer_files: dict[str, str] | None = None  # the tokenizer the task was trained with
+    evaluation: EvaluationRecord | None = None
     num_parameters: int | None = None
     producer: str | None = None
     format_version: int = FORMAT_VERSION
@@ -112,6 +126,9 @@ def _check_common(path: Path, data: dict, contents: str) -> None:
         bad("format_version", "is missing")
     if version > FORMAT_VERSION:
         bad("format_version", f"is {version}; this pals_adapters reads up to {FORMAT_VERSION} (upgrade it)")
+    if version < FORMAT_VERSION and contents == "task":
+        bad("format_version", f"is {version}: written before the base's config and tokenizer were recorded, so "
+            "the base cannot be checked; re-export the run (pals-bench export RUN_DIR)")
     if data.get("contents") != contents:
         bad("contents", f"is {data.get('contents')!r}, expected {contents!r}")
     files = data.get("files")
@@ -149,9 +166,12 @@ def read_task_manifest(folder: Path) -> TaskManifest:
 
     _check_common(path, data, "task")
     for name, kind in (("task", str), ("task_spec", dict), ("method", dict), ("base_mode", str),
-                       ("base_fingerprint", str), ("base_dtype", str)):
+                       ("base_fingerprint", str), ("base_dtype", str), ("base_config", dict)):
         if not isinstance(data.get(name), kind) or not data[name]:
             bad(name, f"must be a non-empty {kind.__name__}")
+    for name, kind in (("tokenizer_files", dict), ("evaluation", dict), ("max_length", int)):
+        if data.get(name) is not None and not isinstance(data[name], kind):
+            bad(name, f"must be a {kind.__name__} or null")
     if data["base_mode"] not in BASE_MODES:
         bad("base_mode", f"must be one of {BASE_MODES}")
     if data["base_mode"] == "finetune" and not isinstance(data.get("base_path"), str):
@@ -162,4 +182,6 @@ def read_task_manifest(folder: Path) -> TaskManifest:
     if not isinstance(getattr(torch, data["base_dtype"], None), torch.dtype):
         bad("base_dtype", f"{data['base_dtype']!r} is not a torch dtype")
     record = MethodRecord(method["name"], method.get("kind", ""), dict(method.get("overrides") or {}))
-    return TaskManifest(**{**_known_fields(TaskManifest, data), "method": record})
+    evaluation = data.get("evaluation")
+    evaluation = EvaluationRecord(**_known_fields(EvaluationRecord, evaluation)) if evaluation else None
+    return TaskManifest(**{**_known_fields(TaskManifest, data), "method": record, "evaluation": evaluation})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 
@@ -13,14 +14,25 @@ from transformers import AutoModel, PreTrainedModel
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from ..methods import get_method
 from ..model import MultiTaskModel, resolve_model
-from ..tasks import TaskSpec
+from ..tasks import TaskSpec, spec_from_json
 from ..weights import load_module
 from .files import check_identity, refuse_pickle, verify_files
-from .fingerprint import backbone_of, base_state_dict, clean_config, dtype_of, fingerprint_model, plain_class
+from .fingerprint import (
+    backbone_of,
+    base_config,
+    base_state_dict,
+    clean_config,
+    config_differences,
+    dtype_of,
+    fingerprint_model,
+    plain_class,
+    tokenizer_files,
+)
 from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
 from .write import HEAD_FILE
 
 PathLike = str | os.PathLike
+logger = logging.getLogger(__name__)
 
 
 def _weights_file(folder: Path, manifest: TaskManifest, names: tuple[str, ...], part: str) -> Path:
@@ -32,11 +44,9 @@ def _weights_file(folder: Path, manifest: TaskManifest, names: tuple[str, ...], 
 
 def task_spec_of(manifest: TaskManifest, where: Path) -> TaskSpec:
     """The task as it was trained (labels in their trained order, columns, files), from its manifest."""
-    known = {f.name for f in dataclasses.fields(TaskSpec)}
-    data = {k: v for k, v in manifest.task_spec.items() if k in known}
     try:
-        spec = TaskSpec(**data)
-    except (TypeError, ConfigError) as err:
+        spec = spec_from_json(manifest.task_spec)
+    except ConfigError as err:
         raise IntegrityError(f"{where / MANIFEST}: task_spec is not valid: {err}") from err
     if spec.name != manifest.task:
         raise IntegrityError(f"{where / MANIFEST}: task_spec is for {spec.name!r}, the manifest for {manifest.task!r}")
@@ -78,25 +88,34 @@ def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -
         )
         model.config._name_or_path = backbone.config._name_or_path  # not "None" (PEFT would look that up)
         return model, f"the {type(base).__name__} passed as base"
-    if base is None:
-        if manifest.base_mode == "finetune":
-            base = (folder / manifest.base_path).resolve()
-            if not base.is_dir():
-                raise AdapterLoadError(
-                    f"{folder} was trained with a fine-tuned base, expected at {base} (export_base / export_run "
-                    "write it); copy it there or pass base="
-                )
-        else:
-            if not manifest.base_model_name:
-                raise AdapterLoadError(f"{folder / MANIFEST} names no base model; pass base=")
-            base = resolve_model(manifest.base_model_name)
+    exported_base = base is None and manifest.base_mode == "finetune"
+    if exported_base:
+        base = (folder / manifest.base_path).resolve()
+        if not base.is_dir():
+            raise AdapterLoadError(
+                f"{folder} was trained with a fine-tuned base, expected at {base} (export_base / export_run "
+                "write it); copy it there or pass base="
+            )
+    elif base is None:
+        if not manifest.base_model_name:
+            raise AdapterLoadError(f"{folder / MANIFEST} names no base model; pass base=")
+        base = resolve_model(manifest.base_model_name)
     source = Path(base)
-    if source.is_dir() and manifest_contents(source) == "base":
-        # an exported base: check its files before reading any of them
-        checked = read_base_manifest(source)
-        refuse_pickle(source, checked.files, allow_pickle)
-        verify_files(source, checked.files)
+    if exported_base or (source / MANIFEST).exists():
+        _check_exported_base(source, manifest, allow_pickle)
     return _from_pretrained(str(base), manifest, allow_pickle), str(base)
+
+
+def _check_exported_base(source: Path, manifest: TaskManifest, allow_pickle: bool) -> None:
+    """An exported base: its manifest must be there and whole, and its files must match it, before any is read."""
+    checked = read_base_manifest(source)  # a missing or unreadable manifest is an IntegrityError
+    refuse_pickle(source, checked.files, allow_pickle)
+    verify_files(source, checked.files)
+    if checked.fingerprint != manifest.base_fingerprint:
+        raise AdapterLoadError(
+            f"{source} is the base of another export (fingerprint {checked.fingerprint}); the task needs "
+            f"{manifest.base_fingerprint}: export the task and its base together (export_run)"
+        )
 
 
 def _checked(folder: Path, allow_pickle: bool):
@@ -120,7 +139,9 @@ def load_task(export_dir: PathLike, base=None, *, allow_pickle: bool = False) ->
         model = load_task("runs/main_job/export/rte")
         logits = model(task="rte", input_ids=ids, attention_mask=mask)["logits"]
     """
-    return load_tasks([export_dir], base, allow_pickle=allow_pickle)
+    folder = Path(export_dir)
+    read_task_manifest(folder)  # one task folder: its own manifest, whatever its sub-folders hold
+    return load_tasks([folder], base, allow_pickle=allow_pickle)
 
 
 def task_folders(path: PathLike) -> list[Path]:
@@ -143,7 +164,8 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     as in `load_task`. With an adapters method the model answers batches that mix tasks in one
     forward (``model(task_ids=..., ...)``, or `pals_adapters.harness.serving.MultiTaskPredictor`).
     """
-    folders = [f for item in ([exports] if isinstance(exports, (str, os.PathLike)) else exports) for f in task_folders(item)]
+    items = [exports] if isinstance(exports, (str, os.PathLike)) else list(exports)
+    folders = [folder for item in items for folder in task_folders(item)]
     checked = [(folder, *_checked(folder, allow_pickle)) for folder in folders]
     first_folder, first, _, method = checked[0]
     specs = {}
@@ -173,6 +195,12 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
             f"the base from {source} has fingerprint {got}, but {first_folder} was trained on a base with "
             f"fingerprint {expected}: load it with {wanted}"
         )
+    differences = config_differences(first.base_config, base_config(encoder))
+    if differences:
+        raise AdapterLoadError(
+            f"the base from {source} has another model config than the one {first_folder} was trained on ("
+            + "; ".join(differences) + "): its outputs would differ; load the task on its own base"
+        )
     if getattr(encoder, "pooler", None) is None:
         raise AdapterLoadError(f"the base from {source} has no pooler; the task head reads the pooled output")
 
@@ -180,6 +208,39 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     backend = model.backend
     for folder, manifest, spec, _ in checked:
         if backend.weight_files is not None:
-            backend.load_task(model, spec.name, folder, _weights_file(folder, manifest, backend.weight_files, method.kind))
+            weights = _weights_file(folder, manifest, backend.weight_files, method.kind)
+            backend.load_task(model, spec.name, folder, weights)
         load_module(model.heads[spec.name], _weights_file(folder, manifest, (HEAD_FILE, "head.bin"), "head"))
     return model.eval()
+
+
+def load_tokenizer(export_dir: PathLike, base: str | None = None):
+    """The tokenizer a task was trained with: the exported base's (fine-tuned runs), else that of ``base`` or
+    of the manifest's base model; its files must be those recorded at export (AdapterLoadError if not)."""
+    from transformers import AutoTokenizer
+
+    folder = Path(export_dir)
+    manifest = read_task_manifest(folder)
+    source = base or resolve_model(manifest.base_model_name or "")
+    if base is None and manifest.base_mode == "finetune":
+        exported = (folder / manifest.base_path).resolve()
+        checked = read_base_manifest(exported)
+        verify_files(exported, checked.files)
+        if "tokenizer_config.json" in checked.files:  # exported with its tokenizer (every run is)
+            source = exported
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source))
+    except (OSError, ValueError) as err:
+        raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}") from err
+    if manifest.tokenizer_files is None:
+        logger.warning("%s records no tokenizer: the tokenizer of %s is used unchecked", folder / MANIFEST, source)
+        return tokenizer
+    live = tokenizer_files(tokenizer)
+    if live != manifest.tokenizer_files:
+        recorded = manifest.tokenizer_files
+        changed = sorted(n for n in set(live) | set(recorded) if live.get(n) != recorded.get(n))
+        raise AdapterLoadError(
+            f"the tokenizer of {source} differs from the one {folder} was trained with ({', '.join(changed)} "
+            "differ): its inputs would differ; use the base the task was trained on"
+        )
+    return tokenizer

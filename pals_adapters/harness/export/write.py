@@ -3,39 +3,52 @@
 Layout::
 
     <out_dir>/base/      the fine-tuned shared base (only with base_mode "finetune"): a plain
-                         transformers model folder (safetensors) + manifest.json
+                         transformers model folder (safetensors), its tokenizer, manifest.json
     <out_dir>/<task>/    the task's native files (as its method backend writes them),
                          head.safetensors and manifest.json (written last)
 
-Each folder is written into a hidden temporary sibling and moved into place with ``os.replace``,
-so a crash leaves either the previous folder or none, never a half-written one that loads.
+The whole ``<out_dir>`` is written beside the old one and swapped in at once (see `staging`), so a
+crash leaves the previous export or the new one, never a mix of the two.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 from ... import __version__
 from ...errors import ConfigError
 from ..model import MultiTaskModel
-from ..tasks import TaskSpec
+from ..tasks import check_task_name, spec_to_json
 from ..weights import json_default, save_tensors
-from .files import BASE_DIR, atomic_dir, check_task_name, hash_files
-from .fingerprint import backbone_of, base_state_dict, clean_config, dtype_name, dtype_of, fingerprint, plain_class
-from .manifest import BaseManifest, MethodRecord, TaskManifest, manifest_contents, read_base_manifest, write_manifest
+from .files import BASE_DIR, hash_files
+from .fingerprint import (
+    backbone_of,
+    base_config,
+    base_state_dict,
+    clean_config,
+    dtype_name,
+    dtype_of,
+    fingerprint,
+    plain_class,
+    tokenizer_files,
+)
+from .manifest import (
+    BaseManifest,
+    EvaluationRecord,
+    MethodRecord,
+    TaskManifest,
+    manifest_contents,
+    read_base_manifest,
+    write_manifest,
+)
+from .staging import staged_export
 
 PathLike = str | os.PathLike
 
 HEAD_FILE = "head.safetensors"
-
-
-def _spec_json(spec: TaskSpec) -> dict:
-    data = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    data["num_text_columns"] = len(spec.text_columns)
-    return data
 
 
 def _check_exportable(model: MultiTaskModel, task: str | None = None) -> None:
@@ -43,68 +56,115 @@ def _check_exportable(model: MultiTaskModel, task: str | None = None) -> None:
         raise ConfigError(f"expected a MultiTaskModel, got {type(model).__name__}")
     if task is not None and task not in model.tasks:
         raise ConfigError(f"task {task!r} is not part of this model; its tasks are {list(model.tasks)}")
+    for name in model.tasks:
+        check_task_name(name)
     try:
         json.dumps(model.method.overrides, default=json_default)
     except TypeError as err:
         raise ConfigError(f"method overrides {model.method.overrides} cannot be written to JSON: {err}") from err
 
 
-def export_base(model: MultiTaskModel, out_dir: PathLike, tokenizer=None, *, base_model_name: str | None = None) -> Path:
-    """Writes the shared (fine-tuned) base once to ``<out_dir>/base/`` as a plain transformers model folder."""
+class _Base:
+    """What every task manifest records about the base (hashed once per export)."""
+
+    def __init__(self, model: MultiTaskModel, tokenizer):
+        state = base_state_dict(model)
+        self.state = state
+        self.fingerprint = fingerprint(state)
+        self.dtype = dtype_name(state)
+        self.config = base_config(model)
+        self.tokenizer_files = tokenizer_files(tokenizer) if tokenizer is not None else None
+
+
+def _write_base(model: MultiTaskModel, folder: Path, tokenizer, base: _Base, base_model_name: str | None) -> None:
     backbone = backbone_of(model)
-    state = base_state_dict(model)
-    plain = plain_class(backbone).from_pretrained(None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state))
-    target = Path(out_dir) / BASE_DIR
-    with atomic_dir(target) as tmp:
-        plain.save_pretrained(str(tmp), safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))
-        manifest = BaseManifest(
-            fingerprint=fingerprint(state),
-            dtype=dtype_name(state),
-            files=hash_files(tmp),
-            base_model_name=base_model_name,
-            attn_implementation=backbone.config._attn_implementation,
-        )
-        write_manifest(tmp, manifest)
-    return target
+    plain = plain_class(backbone).from_pretrained(
+        None, config=clean_config(backbone), state_dict=base.state, dtype=dtype_of(base.state)
+    )
+    folder.mkdir()
+    plain.save_pretrained(str(folder), safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(folder))
+    manifest = BaseManifest(
+        fingerprint=base.fingerprint,
+        dtype=base.dtype,
+        files=hash_files(folder),
+        base_model_name=base_model_name,
+        attn_implementation=backbone.config._attn_implementation,
+        tokenizer_files=base.tokenizer_files,
+    )
+    write_manifest(folder, manifest)
 
 
-def _export_task(
-    model: MultiTaskModel,
-    task: str,
-    out_dir: Path,
-    base_model_name,
-    metrics,
-    base_fp: str,
-    dtype: str,
-    max_length,
-    base_mode: str | None = None,
-) -> Path:
+def _base_is_current(folder: Path, base: _Base) -> bool:
+    if manifest_contents(folder) != "base":
+        return False
+    existing = read_base_manifest(folder)
+    same_tokenizer = base.tokenizer_files is None or existing.tokenizer_files == base.tokenizer_files
+    return existing.fingerprint == base.fingerprint and same_tokenizer
+
+
+def _write_task(model: MultiTaskModel, task: str, folder: Path, base: _Base, base_model_name, metrics,
+                max_length, evaluation, base_mode: str | None = None) -> None:
     # base_mode: how the base was made, if not by this model's own training (a task added to an export
     # trains against the export's fine-tuned base with that base frozen; it still needs that base)
     base_mode = base_mode or model.base_mode
-    with atomic_dir(out_dir / task) as tmp:
-        model.backend.save_task(model, task, tmp, base_model_name)
-        save_tensors(tmp / HEAD_FILE, model.heads[task].state_dict(), task, "head")
-        manifest = TaskManifest(
-            task=task,
-            task_spec=_spec_json(model.tasks[task]),
-            method=MethodRecord(model.method.name, model.method.kind, dict(model.method.overrides)),
-            base_mode=base_mode,
-            base_fingerprint=base_fp,
-            base_dtype=dtype,
-            files=hash_files(tmp),
-            base_model_name=base_model_name,
-            attn_implementation=model.backbone.config._attn_implementation,
-            base_path=None if base_mode == "frozen" else f"../{BASE_DIR}",
-            metrics=metrics,
-            max_length=max_length,
-            num_parameters=sum(p.numel() for _, p in model.task_parameters(task)),
-            producer=f"pals_adapters {__version__}",
-        )
-        write_manifest(tmp, manifest)  # last: a folder without it never loads
-    return out_dir / task
+    folder.mkdir()
+    model.backend.save_task(model, task, folder, base_model_name)
+    save_tensors(folder / HEAD_FILE, model.heads[task].state_dict(), task, "head")
+    manifest = TaskManifest(
+        task=task,
+        task_spec=spec_to_json(model.tasks[task]),
+        method=MethodRecord(model.method.name, model.method.kind, dict(model.method.overrides)),
+        base_mode=base_mode,
+        base_fingerprint=base.fingerprint,
+        base_dtype=base.dtype,
+        files=hash_files(folder),
+        base_config=base.config,
+        base_model_name=base_model_name,
+        attn_implementation=model.backbone.config._attn_implementation,
+        base_path=None if base_mode == "frozen" else f"../{BASE_DIR}",
+        metrics=metrics,
+        max_length=max_length,
+        tokenizer_files=base.tokenizer_files,
+        evaluation=evaluation,
+        num_parameters=sum(p.numel() for _, p in model.task_parameters(task)),
+        producer=f"pals_adapters {__version__}",
+    )
+    write_manifest(folder, manifest)  # last: a folder without it never loads
+
+
+def export_base(
+    model: MultiTaskModel, out_dir: PathLike, tokenizer=None, *, base_model_name: str | None = None
+) -> Path:
+    """Writes the shared (fine-tuned) base to ``<out_dir>/base/`` as a plain transformers model folder
+    (the other folders of ``out_dir`` are kept)."""
+    with staged_export(out_dir, only=[BASE_DIR]) as staging:
+        _write_base(model, staging / BASE_DIR, tokenizer, _Base(model, tokenizer), base_model_name)
+    return Path(out_dir) / BASE_DIR
+
+
+def export_task(
+    model: MultiTaskModel,
+    task: str,
+    out_dir: PathLike,
+    *,
+    base_model_name: str,
+    metrics: dict | None = None,
+    max_length: int | None = None,
+    tokenizer=None,
+    evaluation: EvaluationRecord | None = None,
+) -> Path:
+    """Writes ``<out_dir>/<task>/`` (native adapter files, head, manifest), keeping the other tasks. For a
+    fine-tuned base it also writes ``<out_dir>/base/`` unless the same base is already there."""
+    _check_exportable(model, task)
+    base = _Base(model, tokenizer)
+    with staged_export(out_dir, only=[task]) as staging:
+        if model.base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base):
+            shutil.rmtree(staging / BASE_DIR, ignore_errors=True)  # a carried-over copy: never written into
+            _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
+        _write_task(model, task, staging / task, base, base_model_name, metrics, max_length, evaluation)
+    return Path(out_dir) / task
 
 
 def export_added_task(
@@ -116,44 +176,19 @@ def export_added_task(
     base_model_name: str | None,
     metrics: dict | None = None,
     max_length: int | None = None,
+    tokenizer=None,
+    evaluation: EvaluationRecord | None = None,
 ) -> Path:
-    """Writes a task trained later against an export's shared base into that export, next to its tasks.
-    The base is not written again: it must be the one already there (same fingerprint)."""
+    """Writes a task trained later against an export's shared base into that export, next to its tasks,
+    which are carried over unchanged. The base is not written again: the model must hold the one there."""
     _check_exportable(model, task)
-    check_task_name(task)
-    state = base_state_dict(model)
-    return _export_task(
-        model, task, Path(out_dir), base_model_name, metrics, fingerprint(state), dtype_name(state), max_length,
-        base_mode=base_mode,
-    )
-
-
-def _ensure_base(model: MultiTaskModel, out_dir: Path, base_fp: str, base_model_name: str | None) -> None:
-    base_dir = out_dir / BASE_DIR
-    if manifest_contents(base_dir) == "base" and read_base_manifest(base_dir).fingerprint == base_fp:
-        return
-    export_base(model, out_dir, base_model_name=base_model_name)
-
-
-def export_task(
-    model: MultiTaskModel,
-    task: str,
-    out_dir: PathLike,
-    *,
-    base_model_name: str,
-    metrics: dict | None = None,
-    max_length: int | None = None,
-) -> Path:
-    """Writes ``<out_dir>/<task>/`` (native adapter files, head, manifest). For a fine-tuned base it also
-    writes ``<out_dir>/base/`` unless a base with the same fingerprint is already there."""
-    _check_exportable(model, task)
-    check_task_name(task)
-    out_dir = Path(out_dir)
-    state = base_state_dict(model)
-    base_fp = fingerprint(state)
-    if model.base_mode == "finetune":
-        _ensure_base(model, out_dir, base_fp, base_model_name)
-    return _export_task(model, task, out_dir, base_model_name, metrics, base_fp, dtype_name(state), max_length)
+    base = _Base(model, tokenizer)
+    with staged_export(out_dir, only=[task]) as staging:
+        if base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base):
+            raise ConfigError(f"{out_dir}: the model's base is not the export's base; nothing was written")
+        _write_task(model, task, staging / task, base, base_model_name, metrics, max_length, evaluation,
+                    base_mode=base_mode)
+    return Path(out_dir) / task
 
 
 def export_run(
@@ -164,20 +199,19 @@ def export_run(
     metrics_by_task: dict[str, dict] | None = None,
     tokenizer=None,
     max_length: int | None = None,
+    evaluation: EvaluationRecord | None = None,
 ) -> dict[str, Path]:
-    """`export_base` (fine-tuned runs only) and `export_task` for every task; returns ``{name: folder}``."""
+    """The whole export of a run: `export_base` (fine-tuned runs only) and every task, replacing what
+    ``out_dir`` held in one step. Returns ``{name: folder}``."""
     _check_exportable(model)
-    for task in model.tasks:
-        check_task_name(task)
     out_dir = Path(out_dir)
-    state = base_state_dict(model)
-    base_fp, dtype = fingerprint(state), dtype_name(state)  # hashed once for all tasks
-    paths: dict[str, Path] = {}
-    if model.base_mode == "finetune":
-        paths[BASE_DIR] = export_base(model, out_dir, tokenizer, base_model_name=base_model_name)
+    base = _Base(model, tokenizer)  # hashed once for all tasks
     metrics_by_task = metrics_by_task or {}
-    for task in model.tasks:
-        paths[task] = _export_task(
-            model, task, out_dir, base_model_name, metrics_by_task.get(task), base_fp, dtype, max_length
-        )
-    return paths
+    with staged_export(out_dir) as staging:
+        if model.base_mode == "finetune":
+            _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
+        for task in model.tasks:
+            _write_task(model, task, staging / task, base, base_model_name, metrics_by_task.get(task), max_length,
+                        evaluation)
+    names = ([BASE_DIR] if model.base_mode == "finetune" else []) + list(model.tasks)
+    return {name: out_dir / name for name in names}
