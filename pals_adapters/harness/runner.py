@@ -19,10 +19,11 @@ from .batches import MultiTaskBatches, tokenize, unwrap_single_item
 from .checkpoints import RUN_CONFIG, last_complete_checkpoint
 from .data import load_split
 from .export import export_run, fingerprint_model
+from .export.read import load_shared_modules
 from .export.write import export_added_task
 from .extend import check_new_tasks, shared_base_of
 from .backends import get_backend
-from .methods import METHODS, check_base_mode, get_method
+from .methods import METHODS, OLD_NAMES, check_base_mode, get_method
 from .model import build_model, resolve_model
 from .report import parameter_summary, task_metrics
 from .sampling import STRATEGIES, make_sampler
@@ -54,7 +55,10 @@ class RunConfig:
     data_source: str = _setting("auto", "where GLUE data comes from: auto (local if present), local or hub")
     method: str = _setting("pals", f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]")
     base: str = _setting("finetune", "the shared encoder: finetune (trained with the tasks, as the paper) or frozen")
-    sampler: str = _setting("annealed", f"which task each step trains: {', '.join(STRATEGIES)}")
+    sampler: str | None = _setting(
+        None, f"which task each step trains: {', '.join(STRATEGIES)}; default: the method's own (mt_uncertainty for "
+        "ca_mtl, as in its paper), else annealed"
+    )
     batching: str = _setting(
         "per-task", "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
         "adapters methods, shared and full)"
@@ -87,8 +91,21 @@ class RunConfig:
     )
     report_to: list[str] = _setting([], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only")
 
+    def __post_init__(self):
+        if self.sampler is None:  # the method's own sampler (CA-MTL: MT-Uncertainty), else the paper's annealing
+            name = self.method.split("[")[0].strip() if isinstance(self.method, str) else None
+            method = METHODS.get(OLD_NAMES.get(name, name))
+            self.sampler = (method.default_sampler if method is not None else None) or "annealed"
+
     def validate(self) -> None:
-        check_base_mode(get_method(self.method), self.base)
+        method = get_method(self.method)
+        check_base_mode(method, self.base)
+        if self.base == "frozen" and self.add_to is None and get_backend(method.kind).has_shared_modules:
+            raise ConfigError(
+                f"method {method.name!r} trains shared modules of its own with the base (exported with it): use "
+                "base=finetune (the method's config says which parts of the encoder train); base=frozen serves "
+                "only to add a task to an export (add_to)"
+            )
         positive = ["max_steps", "batch_size", "max_length", "steps_per_epoch", "logging_steps", "eval_batch_size"]
         for name in positive:
             if not getattr(self, name) > 0:
@@ -248,6 +265,8 @@ def run(config: RunConfig) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
     model = build_model(base_source, specs, method, config.base)
+    if shared is not None:
+        load_shared_modules(model, Path(shared.source) if shared.base_mode == "finetune" else None)
     if shared is not None and fingerprint_model(model) != shared.fingerprint:
         raise ConfigError(f"add_to={config.add_to}: the base loaded from {base_source} is not the export's base")
     trainer = build_trainer(config, model, tokenizer, train, dev)

@@ -3,7 +3,8 @@
 Layout::
 
     <out_dir>/base/      the fine-tuned shared base (only with base_mode "finetune"): a plain
-                         transformers model folder (safetensors) + manifest.json
+                         transformers model folder (safetensors) + manifest.json, and the method's
+                         shared modules if it has any (shared_modules.safetensors: CA-MTL)
     <out_dir>/<task>/    the task's native files (as its method backend writes them),
                          head.safetensors and manifest.json (written last)
 
@@ -24,12 +25,23 @@ from ..model import MultiTaskModel
 from ..tasks import TaskSpec
 from ..weights import json_default, save_tensors
 from .files import BASE_DIR, atomic_dir, check_task_name, hash_files
-from .fingerprint import backbone_of, base_state_dict, clean_config, dtype_name, dtype_of, fingerprint, plain_class
+from .fingerprint import (
+    backbone_of,
+    base_state_dict,
+    clean_config,
+    dtype_name,
+    dtype_of,
+    fingerprint,
+    fingerprinted_state,
+    plain_class,
+    shared_state_dict,
+)
 from .manifest import BaseManifest, MethodRecord, TaskManifest, manifest_contents, read_base_manifest, write_manifest
 
 PathLike = str | os.PathLike
 
 HEAD_FILE = "head.safetensors"
+SHARED_MODULES_FILE = "shared_modules.safetensors"  # in <out_dir>/base: the method's shared modules (CA-MTL)
 
 
 def _spec_json(spec: TaskSpec) -> dict:
@@ -53,14 +65,17 @@ def export_base(model: MultiTaskModel, out_dir: PathLike, tokenizer=None, *, bas
     """Writes the shared (fine-tuned) base once to ``<out_dir>/base/`` as a plain transformers model folder."""
     backbone = backbone_of(model)
     state = base_state_dict(model)
+    shared = shared_state_dict(model)
     plain = plain_class(backbone).from_pretrained(None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state))
     target = Path(out_dir) / BASE_DIR
     with atomic_dir(target) as tmp:
         plain.save_pretrained(str(tmp), safe_serialization=True)
+        if shared:
+            save_tensors(tmp / SHARED_MODULES_FILE, shared, BASE_DIR, "shared_modules")
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         manifest = BaseManifest(
-            fingerprint=fingerprint(state),
+            fingerprint=fingerprint(fingerprinted_state(model)),
             dtype=dtype_name(state),
             files=hash_files(tmp),
             base_model_name=base_model_name,
@@ -123,8 +138,8 @@ def export_added_task(
     check_task_name(task)
     state = base_state_dict(model)
     return _export_task(
-        model, task, Path(out_dir), base_model_name, metrics, fingerprint(state), dtype_name(state), max_length,
-        base_mode=base_mode,
+        model, task, Path(out_dir), base_model_name, metrics, fingerprint(fingerprinted_state(model)),
+        dtype_name(state), max_length, base_mode=base_mode,
     )
 
 
@@ -150,7 +165,7 @@ def export_task(
     check_task_name(task)
     out_dir = Path(out_dir)
     state = base_state_dict(model)
-    base_fp = fingerprint(state)
+    base_fp = fingerprint(fingerprinted_state(model))
     if model.base_mode == "finetune":
         _ensure_base(model, out_dir, base_fp, base_model_name)
     return _export_task(model, task, out_dir, base_model_name, metrics, base_fp, dtype_name(state), max_length)
@@ -171,7 +186,7 @@ def export_run(
         check_task_name(task)
     out_dir = Path(out_dir)
     state = base_state_dict(model)
-    base_fp, dtype = fingerprint(state), dtype_name(state)  # hashed once for all tasks
+    base_fp, dtype = fingerprint(fingerprinted_state(model)), dtype_name(state)  # hashed once for all tasks
     paths: dict[str, Path] = {}
     if model.base_mode == "finetune":
         paths[BASE_DIR] = export_base(model, out_dir, tokenizer, base_model_name=base_model_name)
