@@ -15,7 +15,7 @@ import pytest
 from helpers import REPO, glue_dir
 
 DOCS = REPO / "docs"
-EXAMPLE_PAGES = ["index.md", "pals.md", "quickstart.md", "adapters-api.md", "data-and-sampling.md"]
+EXAMPLE_PAGES = ["index.md", "pals.md", "ca-mtl.md", "quickstart.md", "adapters-api.md", "data-and-sampling.md"]
 NEEDS_GLUE = {"quickstart.md", "data-and-sampling.md"}
 
 
