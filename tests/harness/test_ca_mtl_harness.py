@@ -195,3 +195,31 @@ def test_adding_a_task_trains_only_its_embedding_and_head_and_leaves_the_old_tas
     assert evaluate_tasks(model, {t: dev[t] for t in ("rte", "stsb")}, tokenizer) == old_scores
     cola = evaluate_tasks(load_task(export / "cola"), {"cola": dev["cola"]}, tokenizer)
     assert cola["cola_score"] == pytest.approx(results["metrics"]["cola_score"], abs=1e-9)
+
+
+def test_a_predictor_answers_requests_of_several_tasks_in_one_forward(tmp_path, tiny_model_dir):
+    from pals_adapters.harness.export import export_run
+    from pals_adapters.harness.serving import MultiTaskPredictor
+
+    torch.manual_seed(0)
+    model = MultiTaskModel(BertModel.from_pretrained(tiny_model_dir), TASKS, get_method("ca_mtl"), "finetune")
+    with torch.no_grad():  # a trained-looking model: not the initial weights
+        for param in model.trainable_parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    export_run(model, tmp_path / "export", base_model_name=str(tiny_model_dir), tokenizer=tokenizer, max_length=40)
+    predictor = MultiTaskPredictor.from_exports(tmp_path / "export")
+    assert predictor.one_forward
+    requests = [
+        {"task": "cola", "text": "The book was read by the girl."},
+        {"task": "rte", "text": "A man sleeps on a sofa.", "text_b": "Nobody is sleeping."},
+        {"task": "stsb", "text": "A dog runs.", "text_b": "A dog is running."},
+        {"task": "cola", "text": "Book the read girl was."},
+    ]
+    for request, answer in zip(requests, predictor.predict(requests)):
+        task = request["task"]
+        texts = [request["text"]] + ([request["text_b"]] if TASKS[task].is_pair else [])
+        inputs = tokenizer(*texts, truncation=True, max_length=40, return_tensors="pt")
+        with torch.no_grad():
+            expected = load_task(tmp_path / "export" / task)(task=task, **inputs)["logits"][0]
+        torch.testing.assert_close(torch.tensor(answer.logits), expected, atol=1e-5, rtol=1e-5)
