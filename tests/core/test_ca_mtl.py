@@ -633,3 +633,10 @@ def test_delete_adapter_removes_the_task_embedding_and_keeps_the_shared_modules(
     names = {n for n, _ in model.named_parameters()}
     assert not any(".adapters.a." in n for n in names) and any(".adapters.b." in n for n in names)
     assert any(n.startswith("ca_mtl.") for n in names)
+
+
+def test_average_adapter_starts_a_new_task_from_known_embeddings():
+    model = with_tasks(bert(), "a", "b")
+    model.average_adapter("c", ["a", "b"], weights=[0.25, 0.75])
+    tasks = model.encoder.layer[0].ca_mtl_tasks.adapters
+    torch.testing.assert_close(tasks["c"].weight, 0.25 * tasks["a"].weight + 0.75 * tasks["b"].weight)
