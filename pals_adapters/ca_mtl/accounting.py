@@ -41,7 +41,7 @@ class CAMTLParameterCount:
 
 
 def count_ca_mtl_parameters(
-    model_config: Union[str, PretrainedConfig],
+    model_config: str | PretrainedConfig,
     config: Union[str, dict, "adapters.AdapterConfig"] = "ca_mtl",
     n_tasks: int = 8,
     num_labels: int = 2,

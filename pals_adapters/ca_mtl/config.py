@@ -6,7 +6,7 @@ a 256-wide bottleneck) are derived from the model here; `CAMTLSizes` holds what 
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from adapters import AdapterConfig
 
@@ -61,13 +61,13 @@ class CAMTLConfig(AdapterConfig):
             the task embeddings (biases start at 0, the attention blocks ``A_n`` at 0, as in the code).
     """
 
-    architecture: Optional[str] = "ca_mtl"
+    architecture: str | None = "ca_mtl"
 
     max_seq_length: int = 128
-    num_blocks: Optional[int] = None
-    num_frozen_layers: Optional[int] = None
-    first_conditional_norm_layer: Optional[int] = None
-    bottleneck_size: Optional[int] = None
+    num_blocks: int | None = None
+    num_frozen_layers: int | None = None
+    first_conditional_norm_layer: int | None = None
+    bottleneck_size: int | None = None
     train_pooler: bool = True
     train_frozen_attention_film: bool = True
     init_range: float = 0.02
@@ -119,7 +119,9 @@ class CAMTLConfig(AdapterConfig):
         if first_norm > num_layers - 1:
             fail("first_conditional_norm_layer", f"the model's layers are 0..{num_layers - 1}")
         bottleneck = self.bottleneck_size if self.bottleneck_size is not None else max(1, hidden_size // 3)
-        return CAMTLSizes(hidden_size, num_layers, self.max_seq_length, blocks, block_size, frozen, first_norm, bottleneck)
+        return CAMTLSizes(
+            hidden_size, num_layers, self.max_seq_length, blocks, block_size, frozen, first_norm, bottleneck
+        )
 
 
 def _block_layout(length: int, blocks: int, fail) -> int:
@@ -127,7 +129,9 @@ def _block_layout(length: int, blocks: int, fail) -> int:
     them out: ``ceil(L / N)`` rows each, the last block taking what is left (it must not be empty)."""
     size = math.ceil(length / blocks)
     if blocks > length or (blocks - 1) * size >= length:
-        fail("num_blocks", f"{blocks} blocks of ceil({length}/{blocks}) = {size} positions do not fit {length} positions")
+        fail(
+            "num_blocks", f"{blocks} blocks of ceil({length}/{blocks}) = {size} positions do not fit {length} positions"
+        )
     return size
 
 

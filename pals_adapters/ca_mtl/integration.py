@@ -30,7 +30,6 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import torch
 from adapters import ADAPTER_CONFIG_MAP, AdapterConfig
@@ -52,7 +51,8 @@ from .layer import (
 )
 from .modeling import CAMTLModules
 
-# BERT's block structure: embeddings -> layers (attention(.output.LayerNorm) -> intermediate -> output(.LayerNorm)) -> pooler.
+# BERT's block structure: embeddings -> layers (attention with .output.LayerNorm, intermediate,
+# output with .LayerNorm) -> pooler.
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
 SHARED_MODULES_FILE = "ca_mtl_shared.safetensors"
 SHARED_CONFIG_FILE = "ca_mtl_config.json"
@@ -168,9 +168,13 @@ def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
     return modules
 
 
-def _config_differences(a: CAMTLConfig, b: CAMTLConfig) -> List[str]:
+def _config_differences(a: CAMTLConfig, b: CAMTLConfig) -> list[str]:
     left, right = a.to_dict(), b.to_dict()
-    return [f"{k}: {left.get(k)!r} vs {right.get(k)!r}" for k in sorted(set(left) | set(right)) if left.get(k) != right.get(k)]
+    return [
+        f"{k}: {left.get(k)!r} vs {right.get(k)!r}"
+        for k in sorted(set(left) | set(right))
+        if left.get(k) != right.get(k)
+    ]
 
 
 def _add_adapter_weights(original, model, adapter_name):
@@ -186,7 +190,7 @@ def _add_adapter_weights(original, model, adapter_name):
 # --- 3. what trains ---
 
 
-def trainable_shared_parameters(model) -> List[Tuple[str, nn.Parameter]]:
+def trainable_shared_parameters(model) -> list[tuple[str, nn.Parameter]]:
     """The shared weights CA-MTL trains (names relative to the base model): the conditional modules, the
     base layers above the frozen bottom ones, and the pooler (per the config). The embeddings, the bottom
     layers and every adapter module inside the layers are not among them; nor are the task embeddings."""
@@ -197,7 +201,11 @@ def trainable_shared_parameters(model) -> List[Tuple[str, nn.Parameter]]:
     for name, param in modules.named_parameters():
         index = int(name.split(".")[1]) if name.startswith("layers.") else None
         frozen_layer = index is not None and index < sizes.num_frozen_layers
-        if frozen_layer and not config.train_frozen_attention_film and name.startswith(f"layers.{index}.attention.film."):
+        if (
+            frozen_layer
+            and not config.train_frozen_attention_film
+            and name.startswith(f"layers.{index}.attention.film.")
+        ):
             continue  # the reference code's quirk: left at its random initialisation in frozen layers
         out.append((f"ca_mtl.{name}", param))
     adapter_ids = _adapter_parameter_ids(base)
@@ -296,12 +304,12 @@ def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=Non
 # --- the shared part on its own ---
 
 
-def shared_state_dict(model) -> Dict[str, torch.Tensor]:
+def shared_state_dict(model) -> dict[str, torch.Tensor]:
     """The shared conditional modules' weights (names relative to them)."""
     return ca_mtl_modules(model).state_dict()
 
 
-def load_shared_state_dict(model, state: Dict[str, torch.Tensor], source: str = "the given state") -> None:
+def load_shared_state_dict(model, state: dict[str, torch.Tensor], source: str = "the given state") -> None:
     """Loads the shared conditional modules strictly: every name and shape must match; nothing is loaded otherwise."""
     modules = ca_mtl_modules(model)
     expected = modules.state_dict()
@@ -309,7 +317,9 @@ def load_shared_state_dict(model, state: Dict[str, torch.Tensor], source: str = 
     unexpected = sorted(set(state) - set(expected))
     shapes = sorted(k for k in set(state) & set(expected) if tuple(state[k].shape) != tuple(expected[k].shape))
     problems = [
-        f"{label}: {keys[:4]}" for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes)) if keys
+        f"{label}: {keys[:4]}"
+        for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes))
+        if keys
     ]
     if problems:
         raise AdapterLoadError(
@@ -340,7 +350,9 @@ def load_shared_modules(model, save_directory) -> None:
         saved = AdapterConfig.load(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise AdapterLoadError(f"{path} is not a CA-MTL config: {err}") from err
-    differences = _config_differences(saved, modules.config) if isinstance(saved, CAMTLConfig) else ["not a CA-MTL config"]
+    differences = (
+        _config_differences(saved, modules.config) if isinstance(saved, CAMTLConfig) else ["not a CA-MTL config"]
+    )
     if differences:
         raise AdapterLoadError(f"{path} does not match this model's CA-MTL config: {'; '.join(differences)}")
     weights = folder / SHARED_MODULES_FILE

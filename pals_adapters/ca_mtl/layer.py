@@ -13,7 +13,7 @@
   output goes through the bottleneck.
 """
 
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from adapters.composition import AdapterCompositionBlock, Fuse, Parallel, Split
@@ -89,13 +89,13 @@ class CAMTLTaskEmbeddings(ComposableAdapterLayerBase, nn.Module):
     def vslice(self, state: RowEmbeddings, slice_obj) -> RowEmbeddings:
         return RowEmbeddings(state.z[slice_obj], state.assigned[slice_obj])
 
-    def pad_and_concat(self, states: List[RowEmbeddings]) -> RowEmbeddings:
+    def pad_and_concat(self, states: list[RowEmbeddings]) -> RowEmbeddings:
         return RowEmbeddings(torch.cat([s.z for s in states]), torch.cat([s.assigned for s in states]))
 
     def repeat(self, state: RowEmbeddings, channels: int) -> RowEmbeddings:
         return RowEmbeddings(state.z.repeat(channels, 1), state.assigned.repeat(channels))
 
-    def mean(self, states: List[RowEmbeddings], weights: torch.Tensor) -> RowEmbeddings:
+    def mean(self, states: list[RowEmbeddings], weights: torch.Tensor) -> RowEmbeddings:
         weights = weights.reshape(-1)
         if len(states) != len(weights):
             raise ValueError("an Average block over CA-MTL adapters must hold CA-MTL adapters only")
@@ -135,7 +135,7 @@ class CAMTLTaskEmbeddings(ComposableAdapterLayerBase, nn.Module):
 # --- hooks (bound with functools.partial to modules of the model: copies of the model stay consistent) ---
 
 
-def current_condition() -> Optional[CAMTLCondition]:
+def current_condition() -> CAMTLCondition | None:
     context = ForwardContext.get_context()
     return getattr(context, "ca_mtl_condition", None) if context is not None else None
 

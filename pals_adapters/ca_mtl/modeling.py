@@ -5,8 +5,6 @@ FiLM (Perez et al., 2018) as the reference code computes it: ``γ, β = split(W 
 ``FiLM(x) = (1 + γ) ⊙ x + β``, so that ``γ = β = 0`` leaves ``x`` unchanged.
 """
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -105,9 +103,9 @@ class ConditionalLayerNorm(nn.Module):
         self,
         x: torch.Tensor,
         z: torch.Tensor,
-        weight: Optional[torch.Tensor] = None,
-        bias: Optional[torch.Tensor] = None,
-        eps: Optional[float] = None,
+        weight: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        eps: float | None = None,
     ) -> torch.Tensor:
         weight = self.weight if weight is None else weight
         bias = self.bias if bias is None else bias
@@ -151,7 +149,7 @@ class ConditionalLayer(nn.Module):
         block_size: int,
         *,
         conditional_norms: bool,
-        bottleneck_size: Optional[int],
+        bottleneck_size: int | None,
         init_range: float = 0.02,
         eps: float = 1e-12,
     ):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from adapters import AdapterSetup, AutoAdapterModel
 from adapters.composition import Average, BatchSplit, Fuse, MultiTask, Parallel, Stack
+from helpers import batch, tiny_bert_config, tiny_roberta_config
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, RobertaModel
 
@@ -22,8 +23,6 @@ from pals_adapters.ca_mtl import (
     save_shared_modules,
     trainable_shared_parameters,
 )
-
-from helpers import batch, tiny_bert_config, tiny_roberta_config
 
 # 16 positions in 4 blocks of 4, or 3 blocks of 6, 6 and 4 (the reference's uneven layout)
 CONFIG = "ca_mtl[max_seq_length=16,num_blocks=4]"
@@ -316,7 +315,10 @@ def test_rows_without_a_ca_mtl_task_are_refused():
     model = with_tasks(bert(), "a")
     model.add_adapter("h", config="double_seq_bn")
     ids, mask = batch()
-    with pytest.raises(ValueError, match="without a CA-MTL task"), AdapterSetup(BatchSplit("a", "h", batch_sizes=[2, 2])):
+    with (
+        pytest.raises(ValueError, match="without a CA-MTL task"),
+        AdapterSetup(BatchSplit("a", "h", batch_sizes=[2, 2])),
+    ):
         encoder(model, ids, mask)
 
 
@@ -354,10 +356,14 @@ def test_train_adapter_freezes_the_bottom_half_and_trains_the_rest(film_trains):
     if not film_trains:  # the reference code's quirk: the attention FiLM of the frozen layers stays as initialised
         expected -= {f"ca_mtl.layers.{i}.attention.film.projection.{p}" for i in (0, 1) for p in ("weight", "bias")}
     for i in (2, 3):  # the upper half (4 layers)
-        expected |= {n for n, _ in model.named_parameters() if n.startswith(f"encoder.layer.{i}.") and ".adapters.h." not in n}
+        expected |= {
+            n for n, _ in model.named_parameters() if n.startswith(f"encoder.layer.{i}.") and ".adapters.h." not in n
+        }
     expected |= {n for n, _ in model.named_parameters() if n.startswith("pooler.")}
     assert trains == expected
-    assert {n for n, _ in trainable_shared_parameters(model)} == expected - {"encoder.layer.0.ca_mtl_tasks.adapters.a.weight"}
+    assert {n for n, _ in trainable_shared_parameters(model)} == expected - {
+        "encoder.layer.0.ca_mtl_tasks.adapters.a.weight"
+    }
 
 
 def test_training_leaves_the_embeddings_and_bottom_layers_as_pretrained():
@@ -369,7 +375,10 @@ def test_training_leaves_the_embeddings_and_bottom_layers_as_pretrained():
     encoder(model, ids, mask).pow(2).mean().backward()
     optimizer.step()
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert not any(n.startswith(("embeddings.", "encoder.layer.0.", "encoder.layer.1.")) and "ca_mtl_tasks" not in n for n in changed)
+    assert not any(
+        n.startswith(("embeddings.", "encoder.layer.0.", "encoder.layer.1.")) and "ca_mtl_tasks" not in n
+        for n in changed
+    )
     assert "encoder.layer.0.ca_mtl_tasks.adapters.a.weight" in changed
     assert any(n.startswith("encoder.layer.3.") for n in changed) and any(n.startswith("ca_mtl.") for n in changed)
 
@@ -394,8 +403,11 @@ def expected_counts(d, layers, length, blocks, frozen, first_norm, bottleneck, i
     "model_config, settings, sizes",
     [
         (tiny_bert_config(), "ca_mtl[max_seq_length=16,num_blocks=4]", (48, 4, 16, 4, 2, 2, 16, 64, 99, 64)),
-        (tiny_bert_config(), "ca_mtl[max_seq_length=16,num_blocks=3,num_frozen_layers=1,bottleneck_size=8]",
-         (48, 4, 16, 3, 1, 2, 8, 64, 99, 64)),
+        (
+            tiny_bert_config(),
+            "ca_mtl[max_seq_length=16,num_blocks=3,num_frozen_layers=1,bottleneck_size=8]",
+            (48, 4, 16, 3, 1, 2, 8, 64, 99, 64),
+        ),
         (BertConfig(), "ca_mtl", (768, 12, 128, 6, 6, 6, 256, 3072, 30522, 512)),
     ],
 )
@@ -404,7 +416,10 @@ def test_parameter_accounting_matches_the_module_formulas(model_config, settings
     count = count_ca_mtl_parameters(model_config, settings, n_tasks=8, num_labels=3)
     d = sizes[0]
     assert (count.base, count.base_trained, count.conditional, count.conditional_trained) == (
-        base, base_trained, conditional, conditional,
+        base,
+        base_trained,
+        conditional,
+        conditional,
     )
     assert (count.per_task, count.head_per_task) == (d, d * 3 + 3)
     general = pals_adapters.count_parameters(settings, model_config, n_tasks=8, num_labels=3)
@@ -497,7 +512,9 @@ def test_registration_is_idempotent_and_leaves_other_methods_alone():
         with_tasks(model, "a")
         assert torch.equal(encoder(model, ids, mask), before)
     model.train_adapter("h")
-    assert not any(p.requires_grad for n, p in model.named_parameters() if "ca_mtl" in n or "encoder.layer.3.attention.self" in n)
+    assert not any(
+        p.requires_grad for n, p in model.named_parameters() if "ca_mtl" in n or "encoder.layer.3.attention.self" in n
+    )
 
 
 def test_roberta_with_sdpa_works():
@@ -542,7 +559,9 @@ def test_save_load_round_trip(tmp_path, kind):
         assert fresh.load_adapter(str(tmp_path / name)) == name
     load_shared_modules(fresh, tmp_path / "shared")
     with torch.no_grad(), AdapterSetup(MultiTask("a", "b")):
-        torch.testing.assert_close(encoder(fresh, ids, mask, task_ids=torch.tensor([1, 0, 1, 1])), expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            encoder(fresh, ids, mask, task_ids=torch.tensor([1, 0, 1, 1])), expected, atol=1e-6, rtol=0
+        )
 
 
 def test_adapter_moves_between_an_adapter_model_and_a_wrapped_plain_model(tmp_path):

@@ -71,11 +71,17 @@ def test_what_trains_is_what_the_config_says():
     model = tiny_model()
     trains = {n for n, p in model.named_parameters() if p.requires_grad}
     names = {n for n, _ in model.named_parameters()}
-    frozen = {n for n in names if n.startswith(("encoder.embeddings.", "encoder.encoder.layer.0.", "encoder.encoder.layer.1."))}
+    frozen = {
+        n
+        for n in names
+        if n.startswith(("encoder.embeddings.", "encoder.encoder.layer.0.", "encoder.encoder.layer.1."))
+    }
     frozen -= {f"encoder.encoder.layer.0.ca_mtl_tasks.adapters.{t}.weight" for t in TASKS}
     assert trains == names - frozen
     assert {n for n, _ in model.task_parameters("rte")} == {
-        "encoder.encoder.layer.0.ca_mtl_tasks.adapters.rte.weight", "heads.rte.weight", "heads.rte.bias",
+        "encoder.encoder.layer.0.ca_mtl_tasks.adapters.rte.weight",
+        "heads.rte.weight",
+        "heads.rte.bias",
     }
     assert any(n.startswith("encoder.ca_mtl.") for n, _ in model.shared_parameters())
 
@@ -109,14 +115,27 @@ pytestmark_glue = pytest.mark.skipif(glue_dir() is None, reason="needs the share
 
 def settings(model_dir, out, **changes):
     base = dict(
-        model=str(model_dir), glue_dir=str(glue_dir()), method="ca_mtl", max_steps=4, batch_size=8, max_length=32,
-        lr=1e-3, max_train_examples=32, max_eval_examples=16, logging_steps=2, output_dir=str(out),
+        model=str(model_dir),
+        glue_dir=str(glue_dir()),
+        method="ca_mtl",
+        max_steps=4,
+        batch_size=8,
+        max_length=32,
+        lr=1e-3,
+        max_train_examples=32,
+        max_eval_examples=16,
+        logging_steps=2,
+        output_dir=str(out),
     )
     return RunConfig(**{**base, **changes})
 
 
 def file_hashes(folder):
-    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")

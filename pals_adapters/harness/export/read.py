@@ -125,7 +125,8 @@ def load_shared_modules(model: MultiTaskModel, base_dir: Path | None) -> None:
 def _shared_state(folder: Path, manifest: TaskManifest, base) -> tuple[dict[str, torch.Tensor], str]:
     """The shared modules that go with the base `_load_base` loaded (its files were checked there)."""
     if isinstance(base, nn.Module):
-        return {k: v.detach().clone() for k, v in shared_state_dict(base).items()}, f"the {type(base).__name__} passed as base"
+        state = {k: v.detach().clone() for k, v in shared_state_dict(base).items()}
+        return state, f"the {type(base).__name__} passed as base"
     if base is None and manifest.base_mode == "finetune":
         base_dir = (folder / manifest.base_path).resolve()
     elif base is not None and Path(base).is_dir() and manifest_contents(Path(base)) == "base":
