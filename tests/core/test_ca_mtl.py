@@ -11,7 +11,7 @@ from adapters import AdapterSetup, AutoAdapterModel
 from adapters.composition import Average, BatchSplit, Fuse, MultiTask, Parallel, Stack
 from helpers import batch, tiny_bert_config, tiny_roberta_config
 from safetensors.torch import load_file, save_file
-from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, RobertaModel
+from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, RobertaModel, XLMRobertaConfig, XLMRobertaModel
 
 import pals_adapters
 from pals_adapters import AdapterLoadError, ConfigError, UnsupportedModelError
@@ -517,13 +517,21 @@ def test_registration_is_idempotent_and_leaves_other_methods_alone():
     )
 
 
-def test_roberta_with_sdpa_works():
-    model = wrapped(RobertaModel(tiny_roberta_config("sdpa")))
-    with_tasks(model, "a", "b")
+@pytest.mark.parametrize("model_class", [RobertaModel, XLMRobertaModel])
+def test_roberta_and_xlm_roberta_route_rows_by_task(model_class):
+    config = tiny_roberta_config("sdpa")
+    if model_class is XLMRobertaModel:
+        config = XLMRobertaConfig(**config.to_dict())
+    model = with_tasks(wrapped(model_class(config)), "a", "b")
     ids, mask = batch()
-    with torch.no_grad(), AdapterSetup(MultiTask("a", "b")):
-        out = encoder(model, ids, mask, task_ids=torch.tensor([0, 1, 1, 0]))
-    assert out.shape == (4, 9, 48) and torch.isfinite(out).all()
+    task_ids = torch.tensor([0, 1, 1, 0])
+    with torch.no_grad():
+        with AdapterSetup(MultiTask("a", "b")):
+            out = encoder(model, ids, mask, task_ids=task_ids)
+        for index, name in enumerate("ab"):
+            rows = task_ids == index
+            with AdapterSetup(name):
+                torch.testing.assert_close(out[rows], encoder(model, ids[rows], mask[rows]), atol=1e-5, rtol=0)
 
 
 # --- save and load ------------------------------------------------------------------------------------
