@@ -667,3 +667,20 @@ def test_average_adapter_starts_a_new_task_from_known_embeddings():
     model.average_adapter("c", ["a", "b"], weights=[0.25, 0.75])
     tasks = model.encoder.layer[0].ca_mtl_tasks.adapters
     torch.testing.assert_close(tasks["c"].weight, 0.25 * tasks["a"].weight + 0.75 * tasks["b"].weight)
+
+
+def test_reinitialize_top_layer_reproduces_the_reference_and_touches_nothing_else():
+    from pals_adapters.ca_mtl import reinitialize_top_layer
+
+    model = with_tasks(bert(), "a")
+    model.add_adapter("h", config="double_seq_bn")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    reinitialize_top_layer(model)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    top = {n for n in before if n.startswith("encoder.layer.3.") and ".adapters.h." not in n}
+    # every weight matrix of the top layer is drawn again; LayerNorms go back to 1 and biases to 0
+    assert {n for n in top if n.endswith("weight") and "LayerNorm" not in n} <= changed <= top
+    layer = model.encoder.layer[3]
+    assert torch.equal(layer.output.LayerNorm.weight, torch.ones(48)) and torch.equal(
+        layer.output.dense.bias, torch.zeros(48)
+    )
