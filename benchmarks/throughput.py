@@ -22,7 +22,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 import torch
 from torch.utils.data import Subset
 from transformers import AutoTokenizer, TrainerCallback

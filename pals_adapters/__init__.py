@@ -22,6 +22,7 @@ from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
 __version__ = "0.1.0"
 
 register()
+from .ca_mtl import CAMTLConfig  # noqa: E402, F401  (importing it registers config="ca_mtl")
 
 __all__ = [
     "PALS_PRESETS",

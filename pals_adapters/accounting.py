@@ -5,6 +5,7 @@ from typing import Union
 
 import adapters
 import torch
+from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from .errors import ConfigError
@@ -76,7 +77,9 @@ def count_parameters(
 
     adapters.init(base_model)
     base_model.add_adapter("task", config=method)
-    return ParameterCount(name, base, base, _numel(base_model) - base, head, n_tasks)
+    # CA-MTL adds modules shared by all tasks (the "task" adapter then owns only its embedding)
+    shared = base + sum(p.numel() for p in getattr(base_model, "ca_mtl", nn.Module()).parameters())
+    return ParameterCount(name, base, shared, _numel(base_model) - shared, head, n_tasks)
 
 
 def _is_peft_config(method) -> bool:

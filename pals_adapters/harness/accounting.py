@@ -41,4 +41,5 @@ def count_method_parameters(
         model = MultiTaskModel(encoder, {"task": _COUNTING_TASK}, resolved, base_mode)
     per_task = sum(p.numel() for n, p in model.task_parameters("task") if not n.startswith("heads."))
     head = model_config.hidden_size * num_labels + num_labels
-    return ParameterCount(method, base, base, per_task, head, n_tasks)
+    shared = base + sum(t.numel() for t in model.backend.shared_state(model).values())  # CA-MTL's conditional modules
+    return ParameterCount(method, base, shared, per_task, head, n_tasks)

@@ -27,8 +27,9 @@ class Method:
     """One row of the comparison.
 
     kind: the backend that adds the task parameters: ``"adapters"`` (an `adapters` config per task),
-    ``"peft"`` (a PEFT LoRA per task), ``"heads"`` (only the task heads are per task) or ``"top"``
-    (per-task layers above the encoder).
+    ``"peft"`` (a PEFT LoRA per task), ``"heads"`` (only the task heads are per task), ``"top"``
+    (per-task layers above the encoder) or ``"ca_mtl"`` (a task embedding per task, shared conditional modules).
+    default_sampler: the task sampler a run uses when none is given (None: the runner's default).
     """
 
     name: str
@@ -37,6 +38,7 @@ class Method:
     top: str | None = None  # "pals" or "bert_layer", for kind "top"
     allows_frozen_base: bool = True
     overrides: dict[str, Any] = field(default_factory=dict, hash=False)
+    default_sampler: str | None = None
 
     def adapters_config(self) -> str:
         """The config string handed to ``model.add_adapter`` (settings included)."""
@@ -62,6 +64,8 @@ METHODS: dict[str, Method] = {
     "shared": Method("shared", "heads"),
     "top_pals": Method("top_pals", "top", top="pals"),
     "top_layer": Method("top_layer", "top", top="bert_layer"),
+    # CA-MTL (Pilault et al., 2021) trains with MT-Uncertainty sampling, as in the paper
+    "ca_mtl": Method("ca_mtl", "ca_mtl", adapter_config="ca_mtl", default_sampler="mt_uncertainty"),
 }
 
 def register_method(method: Method) -> Method:

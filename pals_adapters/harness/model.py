@@ -59,7 +59,8 @@ class MultiTaskModel(nn.Module):
                 yield name, param
 
     def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """Named parameters of the shared base (trained only with ``base="finetune"``)."""
+        """Named parameters of the shared base (trained only with ``base="finetune"``, as far as the
+        method's backend trains them: CA-MTL keeps the embeddings and the bottom layers frozen)."""
         owned = {id(p) for task in self.tasks for _, p in self.task_parameters(task)}
         for name, param in self.named_parameters():
             if id(param) not in owned:
@@ -70,7 +71,7 @@ class MultiTaskModel(nn.Module):
         flag off for the adapters of the tasks that are not active in the current step."""
         params = [p for task in self.tasks for _, p in self.task_parameters(task)]
         if self.base_mode == "finetune":
-            params += [p for _, p in self.shared_parameters()]
+            params += [p for _, p in self.backend.trainable_shared_parameters(self)]
         return params
 
     def trainable_parameters_cached(self) -> list[nn.Parameter]:

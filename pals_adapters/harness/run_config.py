@@ -20,7 +20,7 @@ from ..errors import ConfigError, UnknownNameError
 from .backends import get_backend
 from .data import SOURCES, resolve_glue_dir
 from .extend import check_new_tasks, shared_base_of
-from .methods import METHODS, check_base_mode, get_method
+from .methods import METHODS, OLD_NAMES, check_base_mode, get_method
 from .model import resolve_model
 from .sampling import STRATEGIES
 from .tasks import GLUE_TASKS, TaskSpec, get_task, load_task_specs
@@ -51,7 +51,10 @@ class RunConfig:
     data_source: str = _setting("auto", "where GLUE data comes from: auto (local if present), local or hub")
     method: str = _setting("pals", f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]")
     base: str = _setting("finetune", "the shared encoder: finetune (trained with the tasks, as the paper) or frozen")
-    sampler: str = _setting("annealed", f"which task each step trains: {', '.join(STRATEGIES)}")
+    sampler: str | None = _setting(
+        None, f"which task each step trains: {', '.join(STRATEGIES)}; default: the method's own (mt_uncertainty for "
+        "ca_mtl, as in its paper), else annealed"
+    )
     batching: str = _setting(
         "per-task", "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
         "adapters methods, shared and full)"
@@ -85,6 +88,12 @@ class RunConfig:
         "frozen: needs base=frozen and the run's method) and export them next to its tasks"
     )
     report_to: list[str] = _setting([], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only")
+
+    def __post_init__(self):
+        if self.sampler is None:  # the method's own sampler (CA-MTL: MT-Uncertainty), else the paper's annealing
+            name = self.method.split("[")[0].strip() if isinstance(self.method, str) else None
+            method = METHODS.get(OLD_NAMES.get(name, name))
+            self.sampler = (method.default_sampler if method is not None else None) or "annealed"
 
     def validate(self) -> dict[str, TaskSpec]:
         """Checks every setting (types, values, names, the model's limits) and returns the run's tasks
@@ -180,7 +189,14 @@ def _check_values(config: RunConfig) -> None:
 
 
 def _check_choices(config: RunConfig) -> None:
-    check_base_mode(get_method(config.method), config.base)
+    method = get_method(config.method)
+    check_base_mode(method, config.base)
+    if config.base == "frozen" and config.add_to is None and get_backend(method.kind).has_shared_modules:
+        raise ConfigError(
+            f"method {method.name!r} trains shared modules of its own with the base (exported with it): use "
+            "base=finetune (the method's config says which parts of the encoder train); base=frozen serves "
+            "only to add a task to an export (add_to)"
+        )
     if config.sampler not in STRATEGIES:
         raise UnknownNameError("sampling strategy", config.sampler, STRATEGIES)
     if config.sampler == "temperature" and config.alpha is None:

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from .batches import MultiTaskBatches, tokenize, unwrap_single_item
 from .data import load_split
 from .export import EvaluationRecord, export_run, fingerprint_model
+from .export.read import load_shared_modules
 from .export.write import export_added_task
 from .extend import shared_base_of
 from .methods import get_method
@@ -31,7 +32,7 @@ from .tasks import TaskSpec
 from .trainer import MultiTaskTrainer
 
 
-def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, "datasets.Dataset"]:
+def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, datasets.Dataset]:
     """Tokenised training set per task (a seeded random subset if ``max_train_examples``)."""
     train = {}
     for name, spec in specs.items():
@@ -151,6 +152,8 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None) ->
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
     model = build_model(base_source, specs, method, config.base)
+    if shared is not None:
+        load_shared_modules(model, Path(shared.source) if shared.base_mode == "finetune" else None)
     if shared is not None and fingerprint_model(model) != shared.fingerprint:
         raise ConfigError(f"add_to={config.add_to}: the base loaded from {base_source} is not the export's base")
     trainer = build_trainer(config, model, tokenizer, train, dev)

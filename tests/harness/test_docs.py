@@ -16,7 +16,7 @@ from helpers import REPO, glue_dir
 
 DOCS = REPO / "docs"
 EXAMPLE_PAGES = [
-    "index.md", "pals.md", "quickstart.md", "adapters-api.md", "architecture.md", "data-and-sampling.md",
+    "index.md", "pals.md", "ca-mtl.md", "quickstart.md", "adapters-api.md", "architecture.md", "data-and-sampling.md",
     "user-tasks.md", "serving.md",
 ]
 NEEDS_GLUE = {"quickstart.md", "data-and-sampling.md", "serving.md"}

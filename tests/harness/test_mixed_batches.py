@@ -5,7 +5,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, glue_dir, tiny_bert_config
+from helpers import glue_dir, tiny_bert_config
 from transformers import BertModel
 
 from pals_adapters.errors import ConfigError

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ...errors import ConfigError, UnknownNameError
+from ...errors import AdapterLoadError, ConfigError, UnknownNameError
 
 if TYPE_CHECKING:  # type hints only: the model and the method spec import this module
     from ..methods import Method
@@ -31,6 +31,9 @@ class MethodBackend:
     weight_files: ClassVar[tuple[str, str] | None] = None
     # Per-example task routing inside one forward (a batch that mixes tasks).
     supports_mixed_batches: ClassVar[bool] = False
+    # Weights of the method's own that every task shares (CA-MTL's conditional modules): they train with
+    # the base and are exported once with it, so a frozen base only serves to add tasks to an export.
+    has_shared_modules: ClassVar[bool] = False
 
     def __init__(self, method: Method):
         self.method = method
@@ -70,6 +73,19 @@ class MethodBackend:
     ) -> torch.Tensor:
         """Per-task layers above the encoder (identity for most methods)."""
         return sequence
+
+    def trainable_shared_parameters(self, model: MultiTaskModel) -> list[tuple[str, nn.Parameter]]:
+        """The shared parameters that train when the base is fine-tuned (default: all of them)."""
+        return list(model.shared_parameters())
+
+    def shared_state(self, model: MultiTaskModel) -> dict[str, torch.Tensor]:
+        """Shared weights outside the base model's own (exported once with the base, part of its fingerprint)."""
+        return {}
+
+    def load_shared_state(self, model: MultiTaskModel, state: dict[str, torch.Tensor], source: str) -> None:
+        """Loads what `shared_state` returned into a freshly built model; refuses any mismatch."""
+        if state:
+            raise AdapterLoadError(f"{source}: method {self.method.name!r} has no shared modules to load them into")
 
     def save_task(self, model: MultiTaskModel, task: str, folder: Path, base_model_name: str | None) -> None:
         """Writes ``task``'s own weights (and config) into ``folder``, in the library's native format."""

@@ -108,9 +108,26 @@ def fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+# Names of a method's shared modules in the fingerprinted state (no transformers weight name starts so).
+SHARED_PREFIX = "shared_modules."
+
+
+def shared_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Weights every task shares besides the base model's own (CA-MTL's conditional modules); {} for most
+    methods and for anything but a `MultiTaskModel`. Exported once with the base."""
+    return model.backend.shared_state(model) if isinstance(model, MultiTaskModel) else {}
+
+
+def fingerprinted_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What identifies a base: its weights, and the method's shared modules (prefixed by ``shared_modules.``)."""
+    shared = {SHARED_PREFIX + name: tensor for name, tensor in shared_state_dict(model).items()}
+    return {**base_state_dict(model), **shared}
+
+
 def fingerprint_model(model: nn.Module) -> str:
-    """`fingerprint` of the base weights of an encoder (plain, adapters-wrapped, PEFT) or a MultiTaskModel."""
-    return fingerprint(base_state_dict(model))
+    """`fingerprint` of the base weights of an encoder (plain, adapters-wrapped, PEFT) or a MultiTaskModel,
+    the method's shared modules included (see `fingerprinted_state`)."""
+    return fingerprint(fingerprinted_state(model))
 
 
 def dtype_name(state_dict: Mapping[str, torch.Tensor]) -> str:

@@ -15,7 +15,7 @@ from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from ..methods import get_method
 from ..model import MultiTaskModel, resolve_model
 from ..tasks import TaskSpec, spec_from_json
-from ..weights import load_module
+from ..weights import load_module, read_tensors
 from .files import check_identity, refuse_pickle, verify_files
 from .fingerprint import (
     backbone_of,
@@ -26,10 +26,11 @@ from .fingerprint import (
     dtype_of,
     fingerprint_model,
     plain_class,
+    shared_state_dict,
     tokenizer_files,
 )
 from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
-from .write import HEAD_FILE
+from .write import HEAD_FILE, SHARED_MODULES_FILE
 
 PathLike = str | os.PathLike
 logger = logging.getLogger(__name__)
@@ -118,6 +119,35 @@ def _check_exported_base(source: Path, manifest: TaskManifest, allow_pickle: boo
         )
 
 
+def read_shared_modules(base_dir: Path) -> dict[str, torch.Tensor]:
+    """The method's shared modules exported with a base (CA-MTL's conditional modules), or {} when it has none."""
+    if SHARED_MODULES_FILE not in read_base_manifest(base_dir).files:
+        return {}
+    return read_tensors(base_dir / SHARED_MODULES_FILE)
+
+
+def load_shared_modules(model: MultiTaskModel, base_dir: Path | None) -> None:
+    """Loads the shared modules exported with the base in ``base_dir`` (None: a frozen, unexported base)
+    into ``model``, as its method's backend takes them (most have none)."""
+    state = read_shared_modules(base_dir) if base_dir is not None else {}
+    where = str(base_dir / SHARED_MODULES_FILE) if base_dir is not None else "a frozen base"
+    model.backend.load_shared_state(model, state, where)
+
+
+def _shared_state(folder: Path, manifest: TaskManifest, base) -> tuple[dict[str, torch.Tensor], str]:
+    """The shared modules that go with the base `_load_base` loaded (its files were checked there)."""
+    if isinstance(base, nn.Module):
+        state = {k: v.detach().clone() for k, v in shared_state_dict(base).items()}
+        return state, f"the {type(base).__name__} passed as base"
+    if base is None and manifest.base_mode == "finetune":
+        base_dir = (folder / manifest.base_path).resolve()
+    elif base is not None and Path(base).is_dir() and manifest_contents(Path(base)) == "base":
+        base_dir = Path(base)
+    else:
+        return {}, f"the base {base or manifest.base_model_name!r} (not an exported base folder)"
+    return read_shared_modules(base_dir), str(base_dir / SHARED_MODULES_FILE)
+
+
 def _checked(folder: Path, allow_pickle: bool):
     """A task folder's manifest, task and method, after every file passed its checks."""
     manifest = read_task_manifest(folder)
@@ -185,7 +215,10 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
         specs[spec.name] = spec
 
     encoder, source = _load_base(first_folder, first, base, allow_pickle)
-    got, expected = fingerprint_model(encoder), first.base_fingerprint
+    model = MultiTaskModel(encoder, specs, method, first.base_mode)
+    shared, shared_source = _shared_state(first_folder, first, base)
+    model.backend.load_shared_state(model, shared, shared_source)
+    got, expected = fingerprint_model(model), first.base_fingerprint  # the method's shared modules included
     if got != expected:
         if first.base_mode == "finetune":
             wanted = f"the fine-tuned base exported with it ({first.base_path} next to the task folder)"
@@ -204,7 +237,6 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     if getattr(encoder, "pooler", None) is None:
         raise AdapterLoadError(f"the base from {source} has no pooler; the task head reads the pooled output")
 
-    model = MultiTaskModel(encoder, specs, method, first.base_mode)
     backend = model.backend
     for folder, manifest, spec, _ in checked:
         if backend.weight_files is not None:

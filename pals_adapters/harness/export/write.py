@@ -3,7 +3,8 @@
 Layout::
 
     <out_dir>/base/      the fine-tuned shared base (only with base_mode "finetune"): a plain
-                         transformers model folder (safetensors), its tokenizer, manifest.json
+                         transformers model folder (safetensors), its tokenizer, manifest.json, and the
+                         method's shared modules if it has any (shared_modules.safetensors: CA-MTL)
     <out_dir>/<task>/    the task's native files (as its method backend writes them),
                          head.safetensors and manifest.json (written last)
 
@@ -32,7 +33,9 @@ from .fingerprint import (
     dtype_name,
     dtype_of,
     fingerprint,
+    fingerprinted_state,
     plain_class,
+    shared_state_dict,
     tokenizer_files,
 )
 from .manifest import (
@@ -49,6 +52,7 @@ from .staging import staged_export
 PathLike = str | os.PathLike
 
 HEAD_FILE = "head.safetensors"
+SHARED_MODULES_FILE = "shared_modules.safetensors"  # in <out_dir>/base: the method's shared modules (CA-MTL)
 
 
 def _check_exportable(model: MultiTaskModel, task: str | None = None) -> None:
@@ -70,7 +74,8 @@ class _Base:
     def __init__(self, model: MultiTaskModel, tokenizer):
         state = base_state_dict(model)
         self.state = state
-        self.fingerprint = fingerprint(state)
+        self.shared = shared_state_dict(model)  # the method's shared modules (CA-MTL), exported with the base
+        self.fingerprint = fingerprint(fingerprinted_state(model))
         self.dtype = dtype_name(state)
         self.config = base_config(model)
         self.tokenizer_files = tokenizer_files(tokenizer) if tokenizer is not None else None
@@ -83,6 +88,8 @@ def _write_base(model: MultiTaskModel, folder: Path, tokenizer, base: _Base, bas
     )
     folder.mkdir()
     plain.save_pretrained(str(folder), safe_serialization=True)
+    if base.shared:
+        save_tensors(folder / SHARED_MODULES_FILE, base.shared, BASE_DIR, "shared_modules")
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
     manifest = BaseManifest(

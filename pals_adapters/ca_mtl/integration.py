@@ -1,0 +1,361 @@
+"""Registers CA-MTL with the `adapters` library, and the functions that work on a model's CA-MTL part.
+
+`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` makes four small,
+idempotent patches. Each wraps (never replaces) the library's code, and passes every call that does
+not concern a CA-MTL adapter through unchanged; they carry their own marker attribute, so they sit on
+top of the PAL patches of the same functions (in either order) without being skipped or doubled:
+
+1. ``ADAPTER_CONFIG_MAP`` and ``AdapterConfig._get_config_class`` learn ``"ca_mtl"`` (``load_adapter``
+   and ``from_pretrained`` read a config back as a dict keyed by ``"architecture"``).
+   Reason: strings and saved configs must resolve to `CAMTLConfig`.
+2. ``ModelAdaptersMixin._add_adapter_weights``: before the first CA-MTL adapter of a model, checks the
+   model (BERT-like encoders only, refused before anything is built), creates the shared conditional
+   modules (``base_model.ca_mtl``) and the task-embedding layer (in layer 0), and registers the hooks.
+   Later CA-MTL adapters must have the same config (they share the modules).
+   Reason: `adapters` builds per-layer modules only for its own methods.
+3. ``ModelAdaptersMixin.train_adapter``: with a CA-MTL adapter in the setup, also makes trainable what
+   CA-MTL trains besides the task embeddings (`trainable_shared_parameters`): the shared conditional
+   modules, the layers above the frozen bottom ones and the pooler. Embeddings and bottom layers stay frozen.
+   Reason: ``train_adapter`` freezes the whole base model, but CA-MTL fine-tunes its upper half.
+4. ``AdapterLoader.load``: loading a CA-MTL adapter is strict: a missing, unexpected or mis-shaped
+   weight is an error and the half-loaded adapter is removed (`adapters` itself only logs such keys).
+   Reason: a silently dropped task embedding would leave a random one in place.
+
+The shared conditional modules are not part of any single adapter's files (like a fine-tuned base,
+they belong to every task): save and load them with `save_shared_modules` / `load_shared_modules`
+(or as part of the whole model's state dict).
+"""
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import torch
+from adapters import ADAPTER_CONFIG_MAP, AdapterConfig
+from adapters.composition import parse_composition
+from adapters.loading import AdapterLoader
+from adapters.methods.adapter_layer_base import AdapterLayerBase
+from adapters.model_mixin import ModelAdaptersMixin
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..errors import AdapterLoadError, ConfigError, UnsupportedModelError
+from .config import CA_MTL_PRESETS, CAMTLConfig
+from .layer import (
+    CAMTLTaskEmbeddings,
+    add_attention_bias,
+    align_embeddings,
+    conditional_bottleneck,
+    conditional_norm,
+)
+from .modeling import CAMTLModules
+
+# BERT's block structure: embeddings -> layers (attention with .output.LayerNorm, intermediate,
+# output with .LayerNorm) -> pooler.
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+SHARED_MODULES_FILE = "ca_mtl_shared.safetensors"
+SHARED_CONFIG_FILE = "ca_mtl_config.json"
+
+_PATCHED = "_pals_adapters_ca_mtl_patched"
+
+
+def register() -> None:
+    """Makes ``config="ca_mtl"`` work in `adapters`. Safe to call any number of times."""
+    for name, config in CA_MTL_PRESETS.items():
+        existing = ADAPTER_CONFIG_MAP.get(name)
+        if existing is not None and not isinstance(existing, CAMTLConfig):
+            raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register CA-MTL")
+        ADAPTER_CONFIG_MAP[name] = config
+    _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
+    _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
+    _wrap(ModelAdaptersMixin, "train_adapter", _train_adapter)
+    _wrap(AdapterLoader, "load", _strict_load)
+
+
+def _wrap(owner, name, wrapper, static=False):
+    """Replaces ``owner.name`` by a function calling ``wrapper(original, *args, **kwargs)``, once."""
+    original = vars(owner)[name]
+    original = original.__func__ if static else original
+    if getattr(original, _PATCHED, False):
+        return
+
+    @functools.wraps(original)
+    def patched(*args, **kwargs):
+        return wrapper(original, *args, **kwargs)
+
+    setattr(patched, _PATCHED, True)
+    setattr(owner, name, staticmethod(patched) if static else patched)
+
+
+# --- 1. config resolution ---
+
+
+def _resolve_config_class(original, config_dict):
+    if config_dict.get("architecture") == "ca_mtl":
+        return CAMTLConfig
+    return original(config_dict)
+
+
+# --- 2. shared modules, task embeddings and hooks ---
+
+
+def is_ca_mtl_adapter(model, adapter_name: str) -> bool:
+    """True if ``adapter_name`` on ``model`` is a CA-MTL adapter."""
+    return model.adapters_config.match(adapter_name, CAMTLConfig) is not None
+
+
+def ca_mtl_modules(model) -> CAMTLModules:
+    """The shared conditional modules of ``model`` (an adapters model, or its base model)."""
+    modules = getattr(model.base_model, "ca_mtl", None)
+    if not isinstance(modules, CAMTLModules):
+        raise ConfigError(f"{type(model).__name__} has no CA-MTL modules: add a CA-MTL adapter first")
+    return modules
+
+
+def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
+    """Creates the shared conditional modules, the task-embedding layer and the hooks of ``model`` (once)."""
+    base = model.base_model
+    model_type = getattr(base.config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES or getattr(base, "adapter_interface", None) is not None:
+        raise UnsupportedModelError(
+            f"CA-MTL adapters are not supported on {type(model).__name__} (model_type '{model_type}'); "
+            f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    if getattr(base.config, "is_decoder", False):
+        raise UnsupportedModelError("CA-MTL adapters need an encoder (config.is_decoder is set)")
+    existing = getattr(base, "ca_mtl", None)
+    if isinstance(existing, CAMTLModules):
+        differences = _config_differences(existing.config, config)
+        if differences:
+            raise ConfigError(
+                "all CA-MTL adapters of a model share its conditional modules and need the same config; "
+                f"this one differs from the model's: {'; '.join(differences)}"
+            )
+        return existing
+    layers = [layer for _, layer in base.iter_layers()]
+    sizes = config.sizes(base.config.hidden_size, len(layers))  # impossible sizes -> ConfigError, nothing built
+    first = next(base.parameters())
+    with torch.device(first.device):
+        modules = CAMTLModules(
+            sizes.hidden_size,
+            sizes.num_layers,
+            sizes.max_seq_length,
+            sizes.block_size,
+            sizes.first_conditional_norm_layer,
+            sizes.bottleneck_size,
+            init_range=config.init_range,
+            eps=getattr(base.config, "layer_norm_eps", 1e-12),
+        )
+    modules.to(dtype=first.dtype)
+    modules.config = config
+    modules.sizes = sizes
+    modules.train(base.training)
+    base.ca_mtl = modules
+    tasks = CAMTLTaskEmbeddings(sizes.hidden_size, base.adapters_config)
+    tasks.train(base.training)
+    layers[0].ca_mtl_tasks = tasks
+    base.embeddings.register_forward_hook(functools.partial(align_embeddings, tasks, modules))
+    for layer, conditional in zip(layers, modules.layers):
+        layer.attention.register_forward_pre_hook(functools.partial(add_attention_bias, conditional), with_kwargs=True)
+        if conditional.attention_norm is not None:
+            layer.attention.output.LayerNorm.register_forward_hook(
+                functools.partial(conditional_norm, conditional.attention_norm)
+            )
+            layer.output.LayerNorm.register_forward_hook(functools.partial(conditional_norm, conditional.output_norm))
+        if conditional.bottleneck is not None:
+            layer.output.register_forward_hook(functools.partial(conditional_bottleneck, conditional), with_kwargs=True)
+    return modules
+
+
+def _config_differences(a: CAMTLConfig, b: CAMTLConfig) -> list[str]:
+    left, right = a.to_dict(), b.to_dict()
+    return [
+        f"{k}: {left.get(k)!r} vs {right.get(k)!r}"
+        for k in sorted(set(left) | set(right))
+        if left.get(k) != right.get(k)
+    ]
+
+
+def _add_adapter_weights(original, model, adapter_name):
+    config = model.adapters_config.match(adapter_name, CAMTLConfig)
+    if config is None:
+        return original(model, adapter_name)
+    attach_ca_mtl(model, config)
+    original(model, adapter_name)
+    first = next(model.base_model.parameters())
+    model.adapter_to(adapter_name, device=first.device, dtype=first.dtype)
+
+
+# --- 3. what trains ---
+
+
+def trainable_shared_parameters(model) -> list[tuple[str, nn.Parameter]]:
+    """The shared weights CA-MTL trains (names relative to the base model): the conditional modules, the
+    base layers above the frozen bottom ones, and the pooler (per the config). The embeddings, the bottom
+    layers and every adapter module inside the layers are not among them; nor are the task embeddings."""
+    base = model.base_model
+    modules = ca_mtl_modules(model)
+    config, sizes = modules.config, modules.sizes
+    out = []
+    for name, param in modules.named_parameters():
+        index = int(name.split(".")[1]) if name.startswith("layers.") else None
+        frozen_layer = index is not None and index < sizes.num_frozen_layers
+        if (
+            frozen_layer
+            and not config.train_frozen_attention_film
+            and name.startswith(f"layers.{index}.attention.film.")
+        ):
+            continue  # the reference code's quirk: left at its random initialisation in frozen layers
+        out.append((f"ca_mtl.{name}", param))
+    adapter_ids = _adapter_parameter_ids(base)
+    for index, layer in base.iter_layers():
+        if index < sizes.num_frozen_layers:
+            continue
+        prefix = _module_name(base, layer)
+        out += [(f"{prefix}.{n}", p) for n, p in layer.named_parameters() if id(p) not in adapter_ids]
+    pooler = getattr(base, "pooler", None)
+    if config.train_pooler and pooler is not None:
+        out += [(f"pooler.{n}", p) for n, p in pooler.named_parameters()]
+    return out
+
+
+def _adapter_parameter_ids(module: nn.Module) -> set:
+    """Parameters of adapter modules inside ``module`` (PALs, bottleneck adapters, LoRA, CA-MTL task embeddings ...)."""
+    ids = set()
+    for sub in module.modules():
+        if isinstance(sub, AdapterLayerBase):
+            for owned in (getattr(sub, sub.adapter_modules_name, None), getattr(sub, "adapter_fusion_layer", None)):
+                if isinstance(owned, nn.Module):
+                    ids.update(id(p) for p in owned.parameters())
+    return ids
+
+
+def _module_name(root: nn.Module, target: nn.Module) -> str:
+    for name, module in root.named_modules():
+        if module is target:
+            return name
+    raise ValueError("module not found in the model")
+
+
+def _train_adapter(original, model, adapter_setup, *args, **kwargs):
+    result = original(model, adapter_setup, *args, **kwargs)
+    setup = parse_composition(adapter_setup)
+    if setup is not None and any(is_ca_mtl_adapter(model, name) for name in setup.flatten()):
+        for _, param in trainable_shared_parameters(model):
+            param.requires_grad = True
+    return result
+
+
+def reinitialize_top_layer(model) -> None:
+    """Re-initialises the top transformer layer as the reference code does (its top layer is renamed so
+    that BERT's checkpoint does not load into it). Not done by default: the paper modulates the upper
+    layers, it does not replace them. Call it once, before training."""
+    base = model.base_model
+    layers = [layer for _, layer in base.iter_layers()]
+    adapter_ids = _adapter_parameter_ids(layers[-1])
+    fresh = {id(p) for p in layers[-1].parameters()} - adapter_ids
+    for module in layers[-1].modules():
+        if any(id(p) in fresh for p in module.parameters(recurse=False)):
+            base._init_weights(module)
+
+
+# --- 4. strict loading ---
+
+
+def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=None, **kwargs):
+    model = loader.model
+    info = loading_info if isinstance(loading_info, dict) else {}
+    names_before = set(model.adapters_config.adapters)
+
+    def discard_new_ca_mtl_adapters():
+        new = [n for n in set(model.adapters_config.adapters) - names_before if is_ca_mtl_adapter(model, n)]
+        for name in new:
+            model.delete_adapter(name)
+        return new
+
+    try:
+        folder, name = original(loader, adapter_name_or_path, *args, loading_info=info, **kwargs)
+    except RuntimeError as err:  # torch's load_state_dict: size mismatch
+        if not discard_new_ca_mtl_adapters():
+            raise
+        raise AdapterLoadError(
+            f"CA-MTL adapter weights in '{adapter_name_or_path}' do not fit this model "
+            f"({type(model).__name__}, hidden size {model.config.hidden_size}); nothing was loaded. {err}"
+        ) from err
+    if not is_ca_mtl_adapter(model, name):
+        return folder, name
+    missing = [k for k in info.get("missing_keys", []) if f".{name}." in k]
+    unexpected = list(info.get("unexpected_keys", []))
+    if missing or unexpected:
+        discard_new_ca_mtl_adapters()
+        problems = []
+        if missing:
+            problems.append(f"weights missing from the file: {sorted(missing)[:4]}")
+        if unexpected:
+            problems.append(f"weights in the file that this model has no place for: {sorted(unexpected)[:4]}")
+        raise AdapterLoadError(
+            f"CA-MTL adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
+            + "; ".join(problems)
+        )
+    return folder, name
+
+
+# --- the shared part on its own ---
+
+
+def shared_state_dict(model) -> dict[str, torch.Tensor]:
+    """The shared conditional modules' weights (names relative to them)."""
+    return ca_mtl_modules(model).state_dict()
+
+
+def load_shared_state_dict(model, state: dict[str, torch.Tensor], source: str = "the given state") -> None:
+    """Loads the shared conditional modules strictly: every name and shape must match; nothing is loaded otherwise."""
+    modules = ca_mtl_modules(model)
+    expected = modules.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = sorted(k for k in set(state) & set(expected) if tuple(state[k].shape) != tuple(expected[k].shape))
+    problems = [
+        f"{label}: {keys[:4]}"
+        for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes))
+        if keys
+    ]
+    if problems:
+        raise AdapterLoadError(
+            f"CA-MTL shared modules in {source} do not match this model's; nothing was loaded. " + "; ".join(problems)
+        )
+    modules.load_state_dict(state, strict=True)
+
+
+def save_shared_modules(model, save_directory) -> Path:
+    """Writes the shared conditional modules (``ca_mtl_shared.safetensors``) and their config
+    (``ca_mtl_config.json``) to ``save_directory``."""
+    folder = Path(save_directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    modules = ca_mtl_modules(model)
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in modules.state_dict().items()}
+    save_file(tensors, str(folder / SHARED_MODULES_FILE), metadata={"format": "pt", "contents": "ca_mtl_shared"})
+    (folder / SHARED_CONFIG_FILE).write_text(json.dumps(modules.config.to_dict(), indent=2, sort_keys=True))
+    return folder
+
+
+def load_shared_modules(model, save_directory) -> None:
+    """Loads what `save_shared_modules` wrote into ``model`` (whose CA-MTL adapters must have the same
+    config). Strict: a different config, a missing or extra weight, or a wrong shape is an error."""
+    folder = Path(save_directory)
+    modules = ca_mtl_modules(model)
+    path = folder / SHARED_CONFIG_FILE
+    try:
+        saved = AdapterConfig.load(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AdapterLoadError(f"{path} is not a CA-MTL config: {err}") from err
+    differences = (
+        _config_differences(saved, modules.config) if isinstance(saved, CAMTLConfig) else ["not a CA-MTL config"]
+    )
+    if differences:
+        raise AdapterLoadError(f"{path} does not match this model's CA-MTL config: {'; '.join(differences)}")
+    weights = folder / SHARED_MODULES_FILE
+    if not os.path.isfile(weights):
+        raise AdapterLoadError(f"{weights} is missing")
+    load_shared_state_dict(model, load_file(str(weights)), str(weights))
