@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from pals_adapters.ca_mtl import count_ca_mtl_parameters
-from pals_adapters.errors import AdapterLoadError, ConfigError, IntegrityError
+from pals_adapters.errors import PalsError, AdapterLoadError, ConfigError, IntegrityError
 from pals_adapters.harness import count_method_parameters
 from pals_adapters.harness.evaluation import evaluate_tasks
 from pals_adapters.harness.export import load_task, load_tasks, read_base_manifest
@@ -104,7 +104,9 @@ def test_run_config_defaults_to_mt_uncertainty_for_ca_mtl_only():
 def test_a_frozen_base_is_only_for_adding_tasks():
     with pytest.raises(ConfigError, match="add_to"):
         RunConfig(model="unused", method="ca_mtl", base="frozen").validate()
-    RunConfig(model="unused", method="ca_mtl", base="frozen", add_to="somewhere").validate()
+    # with add_to the frozen base is accepted: what fails next is the missing export itself
+    with pytest.raises(PalsError, match="somewhere/manifest.json is missing"):
+        RunConfig(model="unused", method="ca_mtl", base="frozen", add_to="somewhere").validate()
 
 
 # --- a run, its export, and adding a task ---------------------------------------------------------------
