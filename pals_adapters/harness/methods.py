@@ -86,6 +86,7 @@ OLD_NAMES = {
     "top-layer": "top_layer",
     "top_proj_attn": "top_pals",
     "top_bert_layer": "top_layer",
+    "ca-mtl": "ca_mtl",  # the spelling of the CA-MTL paper
 }
 
 _NAME_WITH_SETTINGS = re.compile(r"^\s*(?P<name>[\w\-]+)\s*(\[(?P<kvs>.*)\])?\s*$")
