@@ -7,6 +7,7 @@
 """
 
 from .accounting import ParameterCount, count_parameters
+from .architectures import ARCHITECTURES, PALSite, supports_pals
 from .config import PALS_PRESETS, PALsConfig
 from .errors import (
     AdapterLoadError,
@@ -15,6 +16,7 @@ from .errors import (
     PalsError,
     UnknownNameError,
     UnsupportedModelError,
+    UnsupportedOperationError,
 )
 from .integration import SUPPORTED_MODEL_TYPES, attach_pal_layers, is_pal_adapter, register
 from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
@@ -24,6 +26,9 @@ __version__ = "0.1.0"
 register()
 
 __all__ = [
+    "ARCHITECTURES",
+    "PALSite",
+    "supports_pals",
     "PALS_PRESETS",
     "PALsConfig",
     "ParameterCount",
@@ -40,4 +45,5 @@ __all__ = [
     "PalsError",
     "UnknownNameError",
     "UnsupportedModelError",
+    "UnsupportedOperationError",
 ]
