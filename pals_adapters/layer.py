@@ -151,7 +151,11 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
             return None
         site = self.site
         hidden, mask = _get_arg(args, kwargs, site.hidden), _get_arg(args, kwargs, site.mask)
-        state = self.compose(adapter_setup, PALState(hidden, additive_mask(mask, site.mask_kind, hidden.dtype), None))
+        # After a Parallel block in an earlier layer the batch is wider than the mask; some layers widen the
+        # mask only inside their forward (DistilBERT), after this hook.
+        (pal_mask,) = adjust_tensors_for_parallel(hidden, mask)
+        pal_mask = additive_mask(pal_mask, site.mask_kind, hidden.dtype)
+        state = self.compose(adapter_setup, PALState(hidden, pal_mask, None))
         if state.delta is not None:
             deltas[key] = state.delta
         if state.hidden_states.shape[0] == hidden.shape[0]:

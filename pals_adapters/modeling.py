@@ -105,9 +105,11 @@ class ProjectedAttentionLayer(nn.Module):
         generator: Optional[torch.Generator] = None,
     ):
         super().__init__()
-        self.inner = (
-            ProjectedSelfAttention(projected_size, num_heads, attention_dropout) if inner == "attention" else None
-        )
+        # With a generator, torch's default Linear init must not draw from the global stream (it is overwritten below).
+        with torch.random.fork_rng(devices=[], enabled=generator is not None):
+            self.inner = (
+                ProjectedSelfAttention(projected_size, num_heads, attention_dropout) if inner == "attention" else None
+            )
         self.projections = (
             init_projections(hidden_size, projected_size, init_range, generator) if own_projections else None
         )
