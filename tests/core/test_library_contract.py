@@ -201,7 +201,7 @@ def test_setup_saved_as_pickle_is_refused_unless_allowed(tmp_path):
 
 
 @pytest.mark.parametrize("dtype, atol", [(torch.float16, 1e-2), (torch.bfloat16, 8e-2)])
-@pytest.mark.parametrize("how", ["model.to", "adapter_to"])
+@pytest.mark.parametrize("how", ["model.to", "adapter_to", "added to a half model"])
 def test_half_precision(dtype, atol, how):
     model = plain_model("bert")
     model.add_adapter("t", config="pals", set_active=True)
@@ -210,12 +210,19 @@ def test_half_precision(dtype, atol, how):
         expected = encode(model, batch)
         if how == "model.to":
             model.to(dtype)
-        else:
+        elif how == "adapter_to":
             model.adapter_to("t", dtype=dtype)
             assert model.base_model.shared_parameters["t"]["down_weight"].dtype == dtype
             assert model.encoder.layer[0].pals.adapters["t"].inner.qkv.weight.dtype == dtype
+        else:  # a float32 PAL on a half-precision model: it computes in float32 and returns the model's dtype
+            state = {k: v for k, v in model.state_dict().items() if ".t." in k}
+            model.delete_adapter("t")
+            model.to(dtype)
+            model.add_adapter("t", config="pals", set_active=True)
+            model.load_state_dict(state, strict=False)
+            assert model.base_model.shared_parameters["t"]["down_weight"].dtype == torch.float32
         out = encode(model, batch)
-    assert out.dtype == (dtype if how == "model.to" else torch.float32)
+    assert out.dtype == (torch.float32 if how == "adapter_to" else dtype)
     torch.testing.assert_close(out.float(), expected, atol=atol, rtol=0)
 
 

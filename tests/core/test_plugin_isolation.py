@@ -106,14 +106,23 @@ BEHAVIOUR_PROBE = textwrap.dedent(
 )
 
 
-def probe(mode):
-    result = subprocess.run([sys.executable, "-c", BEHAVIOUR_PROBE, mode], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def probe(*modes):
+    """Runs the probe once per mode, the processes side by side."""
+    runs = [
+        subprocess.Popen([sys.executable, "-c", BEHAVIOUR_PROBE, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for mode in modes
+    ]
+    reports = []
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
 
 
 def test_the_library_writes_reads_and_answers_the_same_with_or_without_the_plugin():
-    without, with_plugin = probe("without"), probe("with")
+    without, with_plugin = probe("without", "with")
     assert with_plugin == without
     # and what it writes is what the library documents: pickle by default for its own methods
     assert "pytorch_adapter.bin" in without["flex/seq_bn"]["save_adapter"]
