@@ -294,3 +294,30 @@ def test_generate_with_a_causal_lm_head():
     model.set_active_adapters("g")
     generated = model.generate(inputs()["input_ids"], max_new_tokens=4, do_sample=False)
     assert generated.shape == (3, 13)
+
+
+def test_adapter_trainer_checkpoints_and_resumes_pal_adapters(tmp_path):
+    from adapters import AdapterTrainer
+    from transformers import TrainingArguments
+
+    def trainer_for(model):
+        batch = inputs(size=4)
+        data = [{**{k: v[i] for k, v in batch.items()}, "labels": torch.tensor(i % 2)} for i in range(4)]
+        args = TrainingArguments(
+            output_dir=str(tmp_path), max_steps=2, save_steps=2, per_device_train_batch_size=2, learning_rate=0.1,
+            use_cpu=True, report_to=[], remove_unused_columns=False, disable_tqdm=True,
+        )
+        return AdapterTrainer(model=model, args=args, train_dataset=data)
+
+    model = head_model(("a",))
+    model.train_adapter("a")
+    trainer_for(model).train()
+    checkpoint = tmp_path / "checkpoint-2"
+    assert (checkpoint / "a" / "adapter.safetensors").is_file()
+    resumed = head_model(("a",))
+    resumed.train_adapter("a")
+    trainer_for(resumed).train(resume_from_checkpoint=str(checkpoint))
+    trained, loaded = adapter_params(model, "a"), adapter_params(resumed, "a")
+    initial = adapter_params(head_model(("a",)), "a")
+    assert trained.keys() == loaded.keys() and all(torch.equal(trained[k], loaded[k]) for k in trained)
+    assert not all(torch.equal(trained[k], initial[k]) for k in trained)  # the weights came from the checkpoint
