@@ -127,9 +127,13 @@ def pal_config_of(config) -> Optional[PALsConfig]:
 
 
 def _supports_adapter(original, model, type_or_config):
-    if isinstance(type_or_config, (str, AdapterConfig)) and pal_config_of(type_or_config) is not None:
-        if not supports_pals(model):
-            return False
+    # A method type string ("pals"), a preset name, or a config (or union) holding a PALsConfig.
+    if isinstance(type_or_config, str):
+        is_pal = type_or_config in PALS_PRESETS
+    else:
+        is_pal = isinstance(type_or_config, AdapterConfig) and pal_config_of(type_or_config) is not None
+    if is_pal and not supports_pals(model):
+        return False
     return original(model, type_or_config)
 
 
