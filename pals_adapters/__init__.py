@@ -7,6 +7,7 @@
 """
 
 from .accounting import ParameterCount, count_parameters
+from .architectures import ARCHITECTURES, PALSite, supports_pals
 from .config import PALS_PRESETS, PALsConfig
 from .errors import (
     AdapterLoadError,
@@ -15,6 +16,7 @@ from .errors import (
     PalsError,
     UnknownNameError,
     UnsupportedModelError,
+    UnsupportedOperationError,
 )
 from .integration import SUPPORTED_MODEL_TYPES, attach_pal_layers, is_pal_adapter, register
 from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
@@ -25,6 +27,9 @@ register()
 from .ca_mtl import CAMTLConfig  # noqa: E402, F401  (importing it registers config="ca_mtl")
 
 __all__ = [
+    "ARCHITECTURES",
+    "PALSite",
+    "supports_pals",
     "PALS_PRESETS",
     "PALsConfig",
     "ParameterCount",
@@ -41,4 +46,5 @@ __all__ = [
     "PalsError",
     "UnknownNameError",
     "UnsupportedModelError",
+    "UnsupportedOperationError",
 ]

@@ -35,6 +35,9 @@ class PALsConfig(AdapterConfig):
         layers: ``"all"``, or ``"top"`` / ``"bottom"`` half of the encoder (the paper's top/bottom six of twelve).
         leave_out: Layer indices (from 0) that get no PAL, as in the other `adapters` configs.
         init_range: Standard deviation of the normal initialisation of all weights (biases start at 0).
+        init_weights_seed: If set, the initial weights come from private generators seeded with it, so the
+            same seed gives the same weights whatever was created before (as in the built-in configs of
+            `adapters`, without reseeding torch's global generator).
     """
 
     architecture: Optional[str] = "pals"
@@ -49,6 +52,7 @@ class PALsConfig(AdapterConfig):
     layers: str = "all"
     leave_out: List[int] = field(default_factory=list)
     init_range: float = 0.02
+    init_weights_seed: Optional[int] = None
 
     def __post_init__(self):
         def fail(name, problem):
@@ -82,6 +86,10 @@ class PALsConfig(AdapterConfig):
             fail("leave_out", "must be a list of layer indices >= 0")
         if not self.init_range > 0:
             fail("init_range", "must be > 0")
+        if self.init_weights_seed is not None and (
+            isinstance(self.init_weights_seed, bool) or not isinstance(self.init_weights_seed, int)
+        ):
+            fail("init_weights_seed", "must be an integer or None")
 
     def projected_size(self, hidden_size: int) -> int:
         """``d_s`` for a model of this hidden size (heads must divide it for the attention inner function)."""

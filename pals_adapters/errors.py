@@ -28,6 +28,10 @@ class UnsupportedModelError(PalsError, ValueError):
     """The model architecture cannot carry PAL adapters."""
 
 
+class UnsupportedOperationError(PalsError, NotImplementedError):
+    """An `adapters` operation that PAL adapters cannot support (e.g. merging into the model weights)."""
+
+
 class AdapterLoadError(PalsError, ValueError):
     """Adapter weights do not match the model they are loaded into; nothing was loaded."""
 

@@ -1,37 +1,61 @@
 """Registers PALs with the `adapters` library.
 
-`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` makes four small,
-idempotent patches, each wrapping (never replacing) the library's own code:
+`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` wraps (never replaces)
+a few of the library's functions. Every wrapper acts on PAL adapters only and passes every other
+call through unchanged, so importing this package changes nothing for the library's own methods.
+The complete list, with the reason for each:
 
-1. the config name map and the dict -> config class resolver learn ``"pals"`` and its presets;
-2. adding an adapter with a PAL config first attaches PAL layers to a supported model
-   (on demand, so models created before ``import pals_adapters`` work too) and creates the
-   per-adapter ``V_E``/``V_D`` shared across layers;
-3. loading a PAL adapter is strict: a missing, unexpected or mis-shaped weight is an error and
-   the half-loaded adapter is removed (`adapters` itself only logs such keys);
-4. ``save_adapter`` / ``load_adapter`` default to safetensors, as transformers and PEFT do;
-   ``save_adapter`` creates missing parent folders (as ``save_pretrained`` does), and
-   ``load_adapter`` refuses pickle weight files unless called with ``allow_pickle=True``.
+1. ``ADAPTER_CONFIG_MAP`` and ``AdapterConfig._get_config_class`` learn ``"pals"`` and its presets:
+   config strings, dicts and saved ``adapter_config.json`` files resolve to `PALsConfig`.
+2. ``ModelAdaptersMixin.supports_adapter`` answers False for a PAL config on a model PALs do not fit
+   (the library would answer True for any unknown method), and ``add_adapter`` raises
+   `UnsupportedModelError` saying why, before anything is built.
+3. ``ModelAdaptersMixin._add_adapter_weights`` (the path of ``add_adapter``, ``load_adapter`` and
+   ``from_pretrained``) attaches PAL layers on demand (so models created before ``import pals_adapters``
+   work too) and creates the per-adapter ``V_E``/``V_D`` shared across layers.
+4. ``ModelAdaptersMixin.average_adapter`` also averages the shared ``V_E``/``V_D``, with the weights the
+   library passed to the layers (it averages only per-layer modules and PHM/VeRA shared weights).
+5. ``ModelAdaptersMixin.merge_adapter`` raises `UnsupportedOperationError` for a PAL adapter: a PAL is
+   an extra attention path and cannot be folded into the model's weights (the library would silently do
+   nothing). ``reset_adapter`` is left alone: it undoes merges, PALs are never merged, and the library
+   itself calls it from ``set_active_adapters``.
+6. ``AdapterLoader.load`` is strict for PAL adapters: a missing, unexpected or mis-shaped weight is an
+   error and the half-loaded adapter is removed (the library only logs such keys).
+7. ``AdapterLoader.filter_func`` / ``rename_func`` also match a PAL adapter's shared weights at the top
+   level of a plain transformers model wrapped with ``adapters.init`` (the library's substring
+   patterns miss them: they would be neither saved nor loaded).
+8. ``save_adapter`` / ``save_all_adapters`` / ``save_adapter_setup`` / ``load_adapter`` /
+   ``load_adapter_setup`` (both mixins): a PAL adapter is written and read as safetensors unless the
+   caller passes ``use_safetensors`` itself, ``save_adapter`` of a PAL adapter creates missing parent
+   folders, and loading a PAL adapter folder whose weights would come from a pickle file is refused
+   unless ``allow_pickle=True`` (also accepted by ``load_adapter_setup``). Other adapters keep the
+   library's defaults; ``allow_pickle=False`` is the explicit opt-in to refuse pickle for them too.
 """
 
 import contextvars
 import functools
+import inspect
+import json
 import os
-from typing import List
+from typing import List, NamedTuple, Optional
 
-from adapters import ADAPTER_CONFIG_MAP, AdapterConfig
+import torch
+from adapters import ADAPTER_CONFIG_MAP, AdapterConfig, ConfigUnion
 from adapters.loading import AdapterLoader
 from adapters.model_mixin import ModelAdaptersMixin, ModelWithHeadsAdaptersMixin
+from torch import nn
 
+from .architectures import ARCHITECTURES, site_for, supports_pals
 from .config import PALS_PRESETS, PALsConfig
-from .errors import AdapterLoadError, IntegrityError, UnsupportedModelError
-from .layer import PALsLayer
-from .modeling import init_projections
+from .errors import AdapterLoadError, IntegrityError, UnsupportedOperationError
+from .layer import AVERAGE_WEIGHTS, PALsLayer
+from .modeling import init_projections, seeded_generator
 
-# Layers with BERT's block structure (attention -> intermediate -> output(h, residual) with LayerNorm).
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+# Model types whose layers PALs fit (see architectures.py).
+SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 
 _PATCHED = "_pals_adapters_patched"
+_FILE_METHODS = ("save_adapter", "save_all_adapters", "save_adapter_setup", "load_adapter", "load_adapter_setup")
 
 
 def register() -> None:
@@ -42,14 +66,18 @@ def register() -> None:
             raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register the PAL preset")
         ADAPTER_CONFIG_MAP[name] = config
     _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
+    _wrap(ModelAdaptersMixin, "supports_adapter", _supports_adapter)
+    _wrap(ModelAdaptersMixin, "add_adapter", _check_before_adding)
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
+    _wrap(ModelAdaptersMixin, "average_adapter", _average_adapter)
+    _wrap(ModelAdaptersMixin, "merge_adapter", _refuse_merge)
     _wrap(AdapterLoader, "load", _strict_load)
     _wrap(AdapterLoader, "filter_func", _filter_top_level_shared)
     _wrap(AdapterLoader, "rename_func", _rename_top_level_shared)
     for cls in (ModelAdaptersMixin, ModelWithHeadsAdaptersMixin):
-        for method in ("save_adapter", "load_adapter", "save_all_adapters"):
+        for method in _FILE_METHODS:
             if method in vars(cls):
-                _wrap(cls, method, _default_to_safetensors)
+                _wrap(cls, method, _file_policy)
 
 
 def _wrap(owner, name, wrapper, static=False):
@@ -67,6 +95,11 @@ def _wrap(owner, name, wrapper, static=False):
     setattr(owner, name, staticmethod(patched) if static else patched)
 
 
+def _bind(original, *args, **kwargs) -> inspect.BoundArguments:
+    """The call's arguments by name, as ``original`` would see them."""
+    return inspect.signature(original).bind(*args, **kwargs)
+
+
 # --- 1. config resolution ---
 
 
@@ -76,33 +109,59 @@ def _resolve_config_class(original, config_dict):
     return original(config_dict)
 
 
-# --- 2. PAL layers and shared projections ---
+def pal_config_of(config) -> Optional[PALsConfig]:
+    """The `PALsConfig` in ``config`` (a config, a union, a name or a dict), or None."""
+    if isinstance(config, str) and config == "pals":  # the method name, as supports_adapter takes it
+        return PALS_PRESETS["pals"]
+    if config is None or isinstance(config, str) and "pals" not in config and not os.path.isfile(config):
+        return None  # cheap exit: no need to resolve names of other methods
+    config = AdapterConfig.load(config)
+    if isinstance(config, PALsConfig):
+        return config
+    if isinstance(config, ConfigUnion):
+        return next((c for c in config.configs if isinstance(c, PALsConfig)), None)
+    return None
+
+
+# --- 2. support checks ---
+
+
+def _supports_adapter(original, model, type_or_config):
+    # A method type string ("pals"), a preset name, or a config (or union) holding a PALsConfig.
+    if isinstance(type_or_config, str):
+        is_pal = type_or_config in PALS_PRESETS
+    else:
+        is_pal = isinstance(type_or_config, AdapterConfig) and pal_config_of(type_or_config) is not None
+    if is_pal and not supports_pals(model):
+        return False
+    return original(model, type_or_config)
+
+
+def _check_before_adding(original, model, *args, **kwargs):
+    config = pal_config_of(_bind(original, model, *args, **kwargs).arguments.get("config"))
+    if config is not None:
+        site_for(model)  # UnsupportedModelError naming the reason
+        config.layer_indices(sum(1 for _ in model.base_model.iter_layers()))  # ConfigError for absent layers
+    return original(model, *args, **kwargs)
+
+
+# --- 3. PAL layers and shared projections ---
 
 
 def attach_pal_layers(model) -> List[PALsLayer]:
     """Gives every transformer layer of ``model`` a `PALsLayer` (once) and returns them."""
+    site = site_for(model)
     base = model.base_model
-    model_type = getattr(base.config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES or getattr(base, "adapter_interface", None) is not None:
-        raise UnsupportedModelError(
-            f"PAL adapters are not supported on {type(model).__name__} (model_type '{model_type}'); "
-            f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
-    if getattr(base.config, "chunk_size_feed_forward", 0):
-        raise UnsupportedModelError(
-            "PAL adapters need chunk_size_feed_forward=0 (the PAL output is added to the whole sequence); "
-            f"this model has {base.config.chunk_size_feed_forward}"
-        )
     layers = list(base.iter_layers())
     pal_layers = []
     for _, layer in layers:
         pals = getattr(layer, "pals", None)
         if not isinstance(pals, PALsLayer):
-            pals = PALsLayer(base.config.hidden_size, len(layers), base.adapters_config)
+            pals = PALsLayer(base.config.hidden_size, len(layers), base.adapters_config, site)
             pals.train(layer.training)
             layer.pals = pals
             layer.register_forward_pre_hook(pals.layer_pre_hook, with_kwargs=True)
-            layer.output.register_forward_pre_hook(pals.output_pre_hook, with_kwargs=True)
+            getattr(layer, site.residual_module).register_forward_pre_hook(pals.residual_pre_hook, with_kwargs=True)
         pal_layers.append(pals)
     return pal_layers
 
@@ -115,13 +174,25 @@ def _add_adapter_weights(original, model, adapter_name):
     config.layer_indices(len(pal_layers))  # layers out of range -> ConfigError before anything is built
     original(model, adapter_name)
     base = model.base_model
-    hidden_size = base.config.hidden_size
-    if config.shared_projections and adapter_name not in base.shared_parameters:
-        base.shared_parameters[adapter_name] = init_projections(
-            hidden_size, config.projected_size(hidden_size), config.init_range
+    if config.shared_projections:
+        hidden_size = base.config.hidden_size
+        projections = init_projections(
+            hidden_size,
+            config.projected_size(hidden_size),
+            config.init_range,
+            seeded_generator(config.init_weights_seed, -1),
         )
-    device = next(base.parameters()).device
-    model.adapter_to(adapter_name, device=device)
+        _set_shared(base, adapter_name, dict(projections.items()))
+    model.adapter_to(adapter_name, device=next(base.parameters()).device)
+
+
+def _set_shared(base, adapter_name: str, params: dict) -> None:
+    """Puts ``params`` into ``base.shared_parameters[adapter_name]``, next to what another method put there."""
+    existing = base.shared_parameters[adapter_name] if adapter_name in base.shared_parameters else None
+    if isinstance(existing, nn.ParameterDict):
+        existing.update(params)
+    else:
+        base.shared_parameters[adapter_name] = nn.ParameterDict(params)
 
 
 def is_pal_adapter(model, adapter_name: str) -> bool:
@@ -129,7 +200,44 @@ def is_pal_adapter(model, adapter_name: str) -> bool:
     return model.adapters_config.match(adapter_name, PALsConfig) is not None
 
 
-# --- 3. strict loading ---
+# --- 4. average_adapter ---
+
+
+def _average_adapter(original, model, *args, **kwargs):
+    adapter_name = _bind(original, model, *args, **kwargs).arguments["adapter_name"]
+    weights = {}
+    token = AVERAGE_WEIGHTS.set(weights)
+    try:
+        result = original(model, *args, **kwargs)
+    finally:
+        AVERAGE_WEIGHTS.reset(token)
+    config = model.adapters_config.match(adapter_name, PALsConfig)
+    if config is not None and config.shared_projections and weights:
+        shared = model.base_model.shared_parameters
+        with torch.no_grad():
+            averaged = {
+                key: nn.Parameter(sum(w * shared[name][key] for name, w in weights.items()))
+                for key in ("down_weight", "down_bias", "up_weight", "up_bias")
+            }
+        _set_shared(model.base_model, adapter_name, averaged)
+    return result
+
+
+# --- 5. merge_adapter ---
+
+
+def _refuse_merge(original, model, *args, **kwargs):
+    name = _bind(original, model, *args, **kwargs).arguments["name"]
+    if name in model.adapters_config and is_pal_adapter(model, name):
+        raise UnsupportedOperationError(
+            f"merge_adapter('{name}'): PAL adapters cannot be merged into the model weights (a PAL adds its own "
+            "projected attention to each layer, which no change of the existing weights reproduces); "
+            f"keep '{name}' as an adapter and activate it with set_active_adapters"
+        )
+    return original(model, *args, **kwargs)
+
+
+# --- 6. strict loading ---
 
 
 def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=None, **kwargs):
@@ -170,19 +278,26 @@ def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=Non
     return folder, name
 
 
-# On a plain transformers model wrapped with adapters.init, shared weights sit at the top
-# level ("shared_parameters.<name>.…", no leading dot), which the library's substring filter
-# misses: they would be neither saved nor reported missing on load.
+def _preview(keys, limit=4):
+    shown = ", ".join(sorted(keys)[:limit])
+    return shown + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+# --- 7. shared weights at the top level of a wrapped plain model ---
 
 
 def _filter_top_level_shared(original, loader, adapter_name):
     matches = original(loader, adapter_name)
+    if not is_pal_adapter(loader.model, adapter_name):
+        return matches
     prefix = f"shared_parameters.{adapter_name}."
     return lambda key: matches(key) or key.startswith(prefix)
 
 
 def _rename_top_level_shared(original, loader, old_name, new_name):
     rename = original(loader, old_name, new_name)
+    if not is_pal_adapter(loader.model, new_name):
+        return rename
     old_prefix, new_prefix = f"shared_parameters.{old_name}.", f"shared_parameters.{new_name}."
 
     def renamed(key):
@@ -193,42 +308,77 @@ def _rename_top_level_shared(original, loader, old_name, new_name):
     return renamed
 
 
-def _preview(keys, limit=4):
-    shown = ", ".join(sorted(keys)[:limit])
-    return shown + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
+# --- 8. file handling ---
 
 
-# --- 4. safetensors by default ---
+class _FilePolicy(NamedTuple):
+    """What the outermost save/load call asked for; inner calls made by `adapters` follow it."""
+
+    format_given: bool  # the caller passed use_safetensors: honour it for every adapter
+    allow_pickle: Optional[bool]  # None: refuse pickle for PAL adapters only
 
 
-# Set while a load_adapter call that opted in runs (ModelWithHeads' load_adapter calls the wrapped base one).
-_PICKLE_ALLOWED = contextvars.ContextVar("pals_adapters_pickle_allowed", default=False)
+_POLICY = contextvars.ContextVar("pals_adapters_file_policy", default=None)
 # (safetensors, pickle) names of the weight files `load_adapter` reads from a folder: adapter, head.
 _LOADED_WEIGHTS = (("adapter.safetensors", "pytorch_adapter.bin"), ("model_head.safetensors", "pytorch_model_head.bin"))
 
 
-def _default_to_safetensors(original, model, *args, use_safetensors=True, **kwargs):
-    """``save_adapter`` / ``save_all_adapters`` / ``load_adapter`` with ``use_safetensors=True`` by default.
+def _file_policy(original, model, *args, **kwargs):
+    """PAL adapters: safetensors unless ``use_safetensors`` is passed, pickle refused unless ``allow_pickle=True``.
 
-    ``load_adapter(..., allow_pickle=False)``: a local adapter folder whose weights would be read
-    from a pickle file (``pytorch_adapter.bin`` / ``pytorch_model_head.bin`` without a safetensors
-    twin, or any of them with ``use_safetensors=False``) is refused with `IntegrityError` naming the
-    file, before anything is loaded; pass ``allow_pickle=True`` for a folder you trust.
+    Library calls made inside (``save_all_adapters`` -> ``save_adapter``, ``load_adapter_setup`` ->
+    ``load_adapter``, the heads mixin -> the base mixin) pass ``use_safetensors`` explicitly; they follow
+    what the user's outermost call asked for, kept in a context variable.
     """
-    if original.__name__ != "load_adapter":
-        target = args[0] if args else kwargs.get("save_directory")
-        if isinstance(target, (str, os.PathLike)):
-            os.makedirs(target, exist_ok=True)  # adapters itself creates only the last folder
-        return original(model, *args, use_safetensors=use_safetensors, **kwargs)
-    allow_pickle = bool(kwargs.pop("allow_pickle", False)) or _PICKLE_ALLOWED.get()
-    if not allow_pickle:
-        source = args[0] if args else kwargs.get("adapter_name_or_path")
-        _refuse_pickle_weights(source, use_safetensors)
-    token = _PICKLE_ALLOWED.set(allow_pickle)
+    allow_pickle = kwargs.pop("allow_pickle", None)
+    bound = _bind(original, model, *args, **kwargs)
+    policy = _POLICY.get() or _FilePolicy("use_safetensors" in bound.arguments, allow_pickle)
+    token = _POLICY.set(policy)
     try:
-        return original(model, *args, use_safetensors=use_safetensors, **kwargs)
+        if original.__name__ == "save_adapter":
+            _prepare_save(model, bound, policy)
+        elif original.__name__ == "load_adapter":
+            _prepare_load(bound, policy)
+        return original(*bound.args, **bound.kwargs)
     finally:
-        _PICKLE_ALLOWED.reset(token)
+        _POLICY.reset(token)
+
+
+def _prepare_save(model, bound, policy: _FilePolicy) -> None:
+    if not is_pal_adapter(model, bound.arguments["adapter_name"]):
+        return
+    if not policy.format_given:
+        bound.arguments["use_safetensors"] = True
+    target = bound.arguments["save_directory"]
+    if isinstance(target, (str, os.PathLike)):
+        os.makedirs(target, exist_ok=True)  # adapters itself creates only the last folder
+
+
+def _prepare_load(bound, policy: _FilePolicy) -> None:
+    source = bound.arguments["adapter_name_or_path"]
+    pal = _folder_holds_pals(source)
+    if pal and not policy.format_given:
+        bound.arguments["use_safetensors"] = True
+    if policy.allow_pickle is False or (policy.allow_pickle is None and pal):
+        _refuse_pickle_weights(source, bool(bound.arguments.get("use_safetensors", False)))
+
+
+def _folder_holds_pals(source) -> bool:
+    """True if ``source`` is a local adapter folder whose saved config is (or contains) a PAL config."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    path = os.path.join(source, "adapter_config.json")
+    if not os.path.isfile(path):
+        return False  # hub names and URLs are resolved by `adapters` itself
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f).get("config")
+    except (OSError, ValueError, AttributeError):
+        return False  # the library's own loader reports unreadable configs
+    if not isinstance(config, dict):
+        return False
+    members = config.get("configs") if config.get("architecture") == "union" else [config]
+    return any(isinstance(c, dict) and c.get("architecture") == "pals" for c in members or [])
 
 
 def _refuse_pickle_weights(source, use_safetensors: bool) -> None:
@@ -239,6 +389,6 @@ def _refuse_pickle_weights(source, use_safetensors: bool) -> None:
         if os.path.isfile(pickled) and (not use_safetensors or not os.path.isfile(os.path.join(source, safe_name))):
             raise IntegrityError(
                 f"{pickled}: pickle weight file refused (loading it can run arbitrary code); save the adapter "
-                "with safetensors (save_adapter's default), or pass allow_pickle=True to load_adapter if you "
-                "trust its source"
+                "with safetensors (save_adapter's default for PAL adapters), or pass allow_pickle=True to "
+                "load_adapter if you trust its source"
             )

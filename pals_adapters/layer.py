@@ -2,25 +2,31 @@
 
 A PAL reads the hidden states *entering* a layer and adds its output *before the layer's
 output LayerNorm*. Two forward pre-hooks do that without copying any transformers code:
-one on the layer computes ``TS(h)`` for the active adapter setup, one on the layer's output
-block adds it to the residual that goes into LayerNorm.
+one on the layer computes ``TS(h)`` for the active adapter setup, one on the module that
+receives the residual of the output block adds it there (where, per architecture: `PALSite`).
 """
 
+import contextvars
 import threading
 from typing import List, NamedTuple, Optional
 
 import torch
-from adapters.composition import AdapterCompositionBlock, Fuse, Split
+from adapters.composition import AdapterCompositionBlock, Fuse, Split, adjust_tensors_for_parallel
 from adapters.context import ForwardContext
 from adapters.methods.adapter_layer_base import ComposableAdapterLayerBase
 from torch import nn
 
+from .architectures import PALSite
 from .config import PALsConfig
-from .modeling import ProjectedAttentionLayer, Projections
+from .modeling import ProjectedAttentionLayer, Projections, seeded_generator
 
 # TS(h) travels from the layer's pre-hook to its output block's pre-hook. Kept per thread
 # (and per layer object) so concurrent forwards with different active adapters never mix.
 _pending = threading.local()
+
+# While the model's average_adapter runs, collects the (normalised) weights `adapters` passes to every
+# layer, so the shared V_E/V_D are averaged with exactly the same weights (see integration.py).
+AVERAGE_WEIGHTS = contextvars.ContextVar("pals_adapters_average_weights", default=None)
 
 
 class PALState(NamedTuple):
@@ -37,12 +43,13 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
     adapter_modules_name = "adapters"
     supported_compositions = ["Stack", "Parallel", "BatchSplit", "Average", "MultiTask"]
 
-    def __init__(self, hidden_size: int, num_layers: int, adapters_config):
+    def __init__(self, hidden_size: int, num_layers: int, adapters_config, site: PALSite):
         super().__init__()
         self.location_key = "pals"
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.adapters_config = adapters_config
+        self.site = site
         self.adapters = nn.ModuleDict()
 
     # --- adapter management (called by adapters through apply_to_adapter_layers) ---
@@ -61,10 +68,18 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
             activation=config.activation,
             own_projections=not config.shared_projections,
             init_range=config.init_range,
+            generator=seeded_generator(config.init_weights_seed, layer_idx),
         )
         module.train(self.training)
         self.adapters[adapter_name] = module
         return True
+
+    def average_adapter(self, adapter_name: str, input_adapters, combine_strategy, **kwargs) -> bool:
+        added = super().average_adapter(adapter_name, input_adapters, combine_strategy, **kwargs)
+        seen = AVERAGE_WEIGHTS.get()
+        if added and seen is not None:
+            seen.update(input_adapters)
+        return added
 
     # --- composition (state plumbing for Stack, Parallel, BatchSplit, Average) ---
 
@@ -134,27 +149,46 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
         adapter_setup = self.get_active_setup()
         if adapter_setup is None:
             return None
-        hidden, mask = _get_arg(args, kwargs, 0, "hidden_states"), _get_arg(args, kwargs, 1, "attention_mask")
-        state = self.compose(adapter_setup, PALState(hidden, mask, None))
+        site = self.site
+        hidden, mask = _get_arg(args, kwargs, site.hidden), _get_arg(args, kwargs, site.mask)
+        # After a Parallel block in an earlier layer the batch is wider than the mask; some layers widen the
+        # mask only inside their forward (DistilBERT), after this hook.
+        (pal_mask,) = adjust_tensors_for_parallel(hidden, mask)
+        pal_mask = additive_mask(pal_mask, site.mask_kind, hidden.dtype)
+        state = self.compose(adapter_setup, PALState(hidden, pal_mask, None))
         if state.delta is not None:
             deltas[key] = state.delta
         if state.hidden_states.shape[0] == hidden.shape[0]:
             return None
-        args, kwargs = _set_arg(args, kwargs, 0, "hidden_states", state.hidden_states)
-        return _set_arg(args, kwargs, 1, "attention_mask", state.attention_mask)
+        # Parallel widened the batch here: the layer must see the widened input and its own mask widened alike.
+        (wide_mask,) = adjust_tensors_for_parallel(state.hidden_states, mask)
+        args, kwargs = _set_arg(args, kwargs, site.hidden, state.hidden_states)
+        return _set_arg(args, kwargs, site.mask, wide_mask)
 
-    def output_pre_hook(self, output: nn.Module, args: tuple, kwargs: dict):
-        """Adds TS(h) to the residual input of the output block, i.e. before its LayerNorm."""
+    def residual_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict):
+        """Adds TS(h) to the residual of the output block, i.e. before its LayerNorm."""
         delta = _pending_deltas().pop(id(self), None)
         if delta is None:
             return None
-        residual = _get_arg(args, kwargs, 1, "input_tensor")
+        residual = _get_arg(args, kwargs, self.site.residual)
         if residual.shape != delta.shape:
             raise RuntimeError(
                 f"PAL output of shape {tuple(delta.shape)} does not match the layer's residual "
                 f"{tuple(residual.shape)}; feed-forward chunking is not supported with PALs"
             )
-        return _set_arg(args, kwargs, 1, "input_tensor", residual + delta)
+        return _set_arg(args, kwargs, self.site.residual, residual + delta)
+
+
+def additive_mask(mask: Optional[torch.Tensor], kind: str, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A layer's attention mask as an additive mask broadcastable to (B, heads, T, T), or None."""
+    if mask is None:
+        return None
+    if mask.dim() == 2:  # (B, T), 1 = attend
+        mask, kind = mask[:, None, None, :], "keep"
+    if kind == "keep" or mask.dtype == torch.bool:
+        # finfo.min rather than -inf: a fully masked row (a padded query) then stays finite.
+        return (1.0 - mask.to(dtype)) * torch.finfo(dtype).min
+    return mask
 
 
 def _pending_deltas() -> dict:
@@ -174,11 +208,13 @@ def _shared_projections(adapter_name: str) -> Projections:
     return Projections(**shared[adapter_name])
 
 
-def _get_arg(args: tuple, kwargs: dict, position: int, name: str):
+def _get_arg(args: tuple, kwargs: dict, arg):
+    position, name = arg
     return args[position] if len(args) > position else kwargs.get(name)
 
 
-def _set_arg(args: tuple, kwargs: dict, position: int, name: str, value):
+def _set_arg(args: tuple, kwargs: dict, arg, value):
+    position, name = arg
     if len(args) > position:
         args = args[:position] + (value,) + args[position + 1 :]
     else:

@@ -28,13 +28,26 @@ class Projections(NamedTuple):
     up_bias: torch.Tensor
 
 
-def init_projections(hidden_size: int, projected_size: int, init_range: float) -> nn.ParameterDict:
+def seeded_generator(seed: Optional[int], index: int) -> Optional[torch.Generator]:
+    """A generator for the weights at ``index`` (a layer, or -1 for shared ones) given a seed; None without seed.
+
+    A private generator, unlike a global ``torch.manual_seed``, leaves the caller's random stream alone and
+    gives the same weights whatever was created before.
+    """
+    if seed is None:
+        return None
+    return torch.Generator().manual_seed((seed * 1_000_003 + index + 1) % 2**63)
+
+
+def init_projections(
+    hidden_size: int, projected_size: int, init_range: float, generator: Optional[torch.Generator] = None
+) -> nn.ParameterDict:
     """Fresh ``V_E``/``V_D`` parameters (normal weights, zero biases, as in the authors' code)."""
     return nn.ParameterDict(
         {
-            "down_weight": nn.Parameter(torch.randn(projected_size, hidden_size) * init_range),
+            "down_weight": nn.Parameter(torch.randn(projected_size, hidden_size, generator=generator) * init_range),
             "down_bias": nn.Parameter(torch.zeros(projected_size)),
-            "up_weight": nn.Parameter(torch.randn(hidden_size, projected_size) * init_range),
+            "up_weight": nn.Parameter(torch.randn(hidden_size, projected_size, generator=generator) * init_range),
             "up_bias": nn.Parameter(torch.zeros(hidden_size)),
         }
     )
@@ -58,6 +71,9 @@ class ProjectedSelfAttention(nn.Module):
         qkv = self.qkv(x).view(batch, length, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)
         # attention_mask is additive and broadcastable to (batch, heads, length, length):
         # (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding.
+        if attention_mask is not None and attention_mask.dtype != x.dtype:
+            # e.g. a float32 model's mask in a bfloat16 PAL; clamp so its most negative value stays finite
+            attention_mask = attention_mask.to(x.dtype).clamp(min=torch.finfo(x.dtype).min)
         context = F.scaled_dot_product_attention(
             qkv[0],
             qkv[1],
@@ -86,15 +102,20 @@ class ProjectedAttentionLayer(nn.Module):
         activation: str = "gelu",
         own_projections: bool = False,
         init_range: float = 0.02,
+        generator: Optional[torch.Generator] = None,
     ):
         super().__init__()
-        self.inner = (
-            ProjectedSelfAttention(projected_size, num_heads, attention_dropout) if inner == "attention" else None
+        # With a generator, torch's default Linear init must not draw from the global stream (it is overwritten below).
+        with torch.random.fork_rng(devices=[], enabled=generator is not None):
+            self.inner = (
+                ProjectedSelfAttention(projected_size, num_heads, attention_dropout) if inner == "attention" else None
+            )
+        self.projections = (
+            init_projections(hidden_size, projected_size, init_range, generator) if own_projections else None
         )
-        self.projections = init_projections(hidden_size, projected_size, init_range) if own_projections else None
         self.activation = _ACTIVATIONS[activation]()
         if self.inner is not None:
-            nn.init.normal_(self.inner.qkv.weight, std=init_range)
+            nn.init.normal_(self.inner.qkv.weight, std=init_range, generator=generator)
             nn.init.zeros_(self.inner.qkv.bias)
 
     def forward(
@@ -106,7 +127,8 @@ class ProjectedAttentionLayer(nn.Module):
         p = Projections(**self.projections) if self.projections is not None else shared
         if p is None:
             raise RuntimeError("this PAL shares V_E/V_D across layers: pass them as `shared`")
-        x = F.linear(hidden_states, p.down_weight, p.down_bias)
+        # Computed in the PAL's own dtype, returned in the model's (e.g. a float32 PAL on a bfloat16 model).
+        x = F.linear(hidden_states.to(p.down_weight.dtype), p.down_weight, p.down_bias)
         if self.inner is not None:
             x = self.inner(x, attention_mask)
-        return self.activation(F.linear(x, p.up_weight, p.up_bias))
+        return self.activation(F.linear(x, p.up_weight, p.up_bias)).to(hidden_states.dtype)
