@@ -344,8 +344,22 @@ def _file_policy(original, model, *args, **kwargs):
         _POLICY.reset(token)
 
 
+# The project's own config types (architecture name -> config class) whose files follow the safe
+# policy above: PALs here, CA-MTL registers itself (pals_adapters.ca_mtl.integration).
+SAFE_FILE_CONFIGS: dict = {"pals": PALsConfig}
+
+
+def follow_safe_file_policy(architecture: str, config_class) -> None:
+    """Puts adapters of ``config_class`` under the file policy of PAL adapters (safetensors, no pickle)."""
+    SAFE_FILE_CONFIGS[architecture] = config_class
+
+
+def _is_own_adapter(model, adapter_name: str) -> bool:
+    return any(model.adapters_config.match(adapter_name, cls) is not None for cls in SAFE_FILE_CONFIGS.values())
+
+
 def _prepare_save(model, bound, policy: _FilePolicy) -> None:
-    if not is_pal_adapter(model, bound.arguments["adapter_name"]):
+    if not _is_own_adapter(model, bound.arguments["adapter_name"]):
         return
     if not policy.format_given:
         bound.arguments["use_safetensors"] = True
@@ -364,7 +378,8 @@ def _prepare_load(bound, policy: _FilePolicy) -> None:
 
 
 def _folder_holds_pals(source) -> bool:
-    """True if ``source`` is a local adapter folder whose saved config is (or contains) a PAL config."""
+    """True if ``source`` is a local adapter folder whose saved config is (or contains) a PAL config (or
+    another of `SAFE_FILE_CONFIGS`)."""
     if not isinstance(source, (str, os.PathLike)):
         return False
     path = os.path.join(source, "adapter_config.json")
@@ -378,7 +393,7 @@ def _folder_holds_pals(source) -> bool:
     if not isinstance(config, dict):
         return False
     members = config.get("configs") if config.get("architecture") == "union" else [config]
-    return any(isinstance(c, dict) and c.get("architecture") == "pals" for c in members or [])
+    return any(isinstance(c, dict) and c.get("architecture") in SAFE_FILE_CONFIGS for c in members or [])
 
 
 def _refuse_pickle_weights(source, use_safetensors: bool) -> None:

@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import AdapterLoadError, ConfigError, UnsupportedModelError
+from ..integration import follow_safe_file_policy
 from .config import CA_MTL_PRESETS, CAMTLConfig
 from .layer import (
     CAMTLTaskEmbeddings,
@@ -68,6 +69,7 @@ def register() -> None:
             raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register CA-MTL")
         ADAPTER_CONFIG_MAP[name] = config
     _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
+    follow_safe_file_policy("ca_mtl", CAMTLConfig)  # the PAL file policy: safetensors, pickle refused
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
     _wrap(ModelAdaptersMixin, "train_adapter", _train_adapter)
     _wrap(AdapterLoader, "load", _strict_load)
