@@ -82,11 +82,18 @@ def _read_mapping(path: str) -> dict:
     return data
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def cmd_train(args) -> None:
     from .harness import results_table, run
 
     results = run(_run_config(args))
     print(results_table(results))
+    print(f"wall time to the table: {results['wall_seconds']:.0f} s ({torch_threads()} torch threads)")
     print(f"results: {Path(args.output_dir) / 'results.json'}")
 
 

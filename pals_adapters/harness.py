@@ -8,6 +8,7 @@ A single task is the same run with one task: "separate models per task" is a bas
 import json
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -54,6 +55,7 @@ class RunConfig:
     max_eval_examples: Optional[int] = None
     eval_steps: Optional[int] = None  # evaluate (and checkpoint) every N steps; default: at the end
     save_steps: Optional[int] = None
+    save_total_limit: Optional[int] = None  # keep only the newest N checkpoints
     select_best: bool = False  # keep the checkpoint with the best average dev score
     logging_steps: int = 50
     eval_batch_size: int = 64
@@ -160,6 +162,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         save_strategy="steps" if (evaluate_during or config.save_steps) else "no",
         save_steps=config.save_steps or config.eval_steps,
         save_safetensors=True,
+        save_total_limit=config.save_total_limit,
         load_best_model_at_end=config.select_best,
         metric_for_best_model="eval_average" if config.select_best else None,
         greater_is_better=True,
@@ -194,6 +197,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
 
 def run(config: RunConfig) -> dict:
     """Trains, evaluates on the dev sets, exports every task; returns and writes ``results.json``."""
+    started = time.time()
     config.validate()
     set_seed(config.seed)
     specs = resolve_tasks(config)
@@ -218,6 +222,7 @@ def run(config: RunConfig) -> dict:
         "parameters": parameter_summary(model),
         "log_history": trainer.state.log_history,
     }
+    results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
         if config.export:
