@@ -3,8 +3,8 @@ the table every multi-task row is read against, with each task's majority-class 
 
 Recipe (one run per task, learning rate and seed): the whole model and a fresh linear head on the
 pretrained pooler, AdamW (weight decay 0.01), 10% warm-up then linear decay, batch 32, length 128,
-length-grouped batches, 3 epochs of the task's training set (SST-2: a seeded random 8,000 of its
-67,349 examples). The learning rate is picked per task on seed 0 from the grid by the dev score;
+length-grouped batches, 3 epochs of the task's training set (SST-2: a random 8,000 of its
+67,349 examples, drawn with the run's seed). The learning rate is picked per task on seed 0 from the grid by the dev score;
 seeds 1 and 2 then run at that rate. Scores are dev-set scores (GLUE's test labels are not public),
 so the chosen rate's seed-0 score is slightly optimistic; the seeds 1-2 scores are not.
 
