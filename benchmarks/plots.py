@@ -1,6 +1,6 @@
 """Figures for docs/benchmarks.md, drawn from the benchmark results committed in benchmarks/results/.
 
-    python benchmarks/plots.py            # writes docs/figures/{quality_vs_params,speed_ratios}.png
+    python benchmarks/plots.py   # docs/figures/{quality_vs_params,speed_ratios,learning_curves_medium}.png
 """
 
 import argparse
@@ -72,10 +72,48 @@ def speed_ratios(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def learning_curves(report: dict, path: Path) -> None:
+    """Dev scores against training step for the seeded rows (mean over seeds): the average and each task.
+    Separate models are one run per task (their own step counts); their average is drawn as a level."""
+    tasks = report["settings"]["tasks"]
+    fig, axes = plt.subplots(2, 3, figsize=(11, 6), sharex=False)
+    panels = ["average"] + tasks
+    rows = [r for r in report["rows"] if r["summary"]["average"]["n"] > 1]
+    for colour, row in enumerate(rows):
+        points = {}  # (panel, step) -> scores over seeds
+        for seed in row["per_seed"]:
+            for run_id, curve in seed.get("curves", {}).items():
+                for entry in curve:
+                    for panel in panels:
+                        key = "eval_average" if panel == "average" else f"eval_{panel}_score"
+                        joint = all(f"eval_{t}_score" in entry for t in tasks)  # not a one-task run
+                        if key in entry and (panel != "average" or joint):
+                            points.setdefault((panel, entry["step"]), []).append(100 * entry[key])
+        for ax, panel in zip(axes.flat, panels):
+            steps = sorted(step for p, step in points if p == panel)
+            if steps:
+                ax.plot(steps, [sum(points[(panel, s)]) / len(points[(panel, s)]) for s in steps], marker="o",
+                        markersize=3, color=f"C{colour}", label=row["name"])
+            elif panel == "average":
+                ax.axhline(row["summary"]["average"]["mean"], color=f"C{colour}", linestyle="--",
+                           label=f"{row['name']} (final)")
+    for ax, panel in zip(axes.flat, panels):
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes.flat[0].set_ylabel("dev score (%)")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle(f"Dev learning curves, {report['profile']} profile (mean over seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quality", default=str(RESULTS / "quality" / "quick" / "quality.json"))
     parser.add_argument("--speed", default=str(RESULTS / "speed_memory_minilm.json"))
+    parser.add_argument("--medium", default=str(RESULTS / "quality" / "medium" / "quality.json"))
     parser.add_argument("--out", default=str(FIGURES))
     return parser.parse_args(argv)
 
@@ -85,7 +123,8 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for source, draw, name in ((args.quality, quality_vs_params, "quality_vs_params.png"),
-                               (args.speed, speed_ratios, "speed_ratios.png")):
+                               (args.speed, speed_ratios, "speed_ratios.png"),
+                               (args.medium, learning_curves, "learning_curves_medium.png")):
         if Path(source).is_file():
             draw(json.loads(Path(source).read_text()), out / name)
             print(f"{out / name} (from {source})")

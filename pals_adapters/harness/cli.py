@@ -19,6 +19,7 @@ import typing
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
 
 from ..errors import ConfigError, PalsError
@@ -96,6 +97,7 @@ def _read_mapping(path: str) -> dict:
 def cmd_train(args) -> None:
     results = run(_run_config(args))
     print(results_table(results))
+    print(f"wall time to the table: {results['wall_seconds']:.0f} s ({torch.get_num_threads()} torch threads)")
     print(f"results: {Path(args.output_dir) / 'results.json'}")
 
 

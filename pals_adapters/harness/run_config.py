@@ -76,6 +76,7 @@ class RunConfig:
     max_eval_examples: int | None = _setting(None, "evaluate on the first N dev examples per task")
     eval_steps: int | None = _setting(None, "evaluate (and checkpoint) every N steps; default: only at the end")
     save_steps: int | None = _setting(None, "checkpoint every N steps (default: with eval_steps)")
+    save_total_limit: int | None = _setting(None, "keep only the newest N checkpoints")
     select_best: bool = _setting(False, "end with the checkpoint of the best dev average (needs eval_steps)")
     logging_steps: int = _setting(50, "log loss and task mix every N steps")
     eval_batch_size: int = _setting(64, "examples per evaluation batch")
@@ -154,7 +155,9 @@ def _check_types(config: RunConfig) -> None:
 # --------------------------------------------------------------------------- values
 
 POSITIVE = ("max_steps", "batch_size", "max_length", "steps_per_epoch", "logging_steps", "eval_batch_size", "lr")
-POSITIVE_OR_UNSET = ("max_train_examples", "max_eval_examples", "eval_steps", "save_steps", "adapter_lr")
+POSITIVE_OR_UNSET = (
+    "max_train_examples", "max_eval_examples", "eval_steps", "save_steps", "save_total_limit", "adapter_lr",
+)
 
 
 def _check_values(config: RunConfig) -> None:

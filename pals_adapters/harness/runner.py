@@ -8,6 +8,7 @@ checks in `run_folder`.
 import contextlib
 import json
 import os
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -88,6 +89,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         save_strategy="steps" if (evaluate_during or config.save_steps) else "no",
         save_steps=config.save_steps or config.eval_steps,
         save_safetensors=True,
+        save_total_limit=config.save_total_limit,
         load_best_model_at_end=config.select_best,
         metric_for_best_model="eval_average" if config.select_best else None,
         greater_is_better=True,
@@ -137,14 +139,15 @@ def run(config: RunConfig) -> dict:
 
     Every setting is checked, the output folder locked and a resume compared with the run it continues
     before anything is loaded."""
+    started = time.time()
     specs = config.validate()
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
     with run_lock(config.output_dir) if writer else contextlib.nullcontext():
         resume = prepare_run_folder(config, specs, writer=writer)
-        return _train(config, specs, resume)
+        return _train(config, specs, resume, started)
 
 
-def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None) -> dict:
+def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, started: float) -> dict:
     set_seed(config.seed)
     method = get_method(config.method)
     shared = shared_base_of(config.add_to) if config.add_to is not None else None
@@ -166,6 +169,7 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None) ->
         "parameters": parameter_summary(model),
         "log_history": trainer.state.log_history,
     }
+    results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
         if config.export and shared is not None:

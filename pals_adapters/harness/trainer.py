@@ -38,6 +38,7 @@ class MultiTaskTrainer(Trainer):
         self.example_batch_size = example_batch_size
         self.mixed_batches = mixed_batches  # MT-Uncertainty's top-b examples as one batch of several tasks
         self._task_mix = Counter()
+        self._task_loss = Counter()  # summed training loss per task since the last log line
 
     # The batches are already ordered by step and rank: never shuffle them.
     def _get_train_sampler(self, train_dataset=None):
@@ -83,6 +84,7 @@ class MultiTaskTrainer(Trainer):
         task = inputs.pop("task")
         self._task_mix[task] += 1
         outputs = model(task=task, **inputs)
+        self._task_loss[task] += float(outputs["loss"].detach())
         return (outputs["loss"], outputs) if return_outputs else outputs["loss"]
 
     def _uncertainty_loss(self, model, candidates: Dict[str, dict]) -> torch.Tensor:
@@ -169,7 +171,11 @@ class MultiTaskTrainer(Trainer):
         if "loss" in logs and self._task_mix:
             total = sum(self._task_mix.values())
             logs.update({f"mix_{task}": round(n / total, 3) for task, n in sorted(self._task_mix.items())})
+            # Mean loss of each task's steps (the overall loss mixes tasks of different scales).
+            logs.update({f"loss_{task}": round(self._task_loss[task] / n, 4)
+                         for task, n in sorted(self._task_mix.items()) if task in self._task_loss})
             self._task_mix.clear()
+            self._task_loss.clear()
         super().log(logs, start_time) if start_time is not None else super().log(logs)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> Dict[str, float]:
