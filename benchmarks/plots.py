@@ -1,6 +1,6 @@
 """Figures for docs/benchmarks.md, drawn from the benchmark results committed in benchmarks/results/.
 
-    python benchmarks/plots.py   # docs/figures/{quality_vs_params,speed_ratios,learning_curves_medium}.png
+python benchmarks/plots.py   # docs/figures/{quality_vs_params,speed_ratios,learning_curves_medium}.png
 """
 
 import argparse
@@ -20,26 +20,41 @@ def quality_vs_params(report: dict, path: Path) -> None:
     """Average dev score against the parameter multiplier, one point per row (mean ± s.e.)."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     markers = {"2": "o", "3": "s", "frozen": "^", "sampling": "D"}
-    labels = {"2": "base fine-tuned", "3": "base fine-tuned (Table 3 family)", "frozen": "base frozen",
-              "sampling": "PALs, other samplers"}
+    labels = {
+        "2": "base fine-tuned",
+        "3": "base fine-tuned (Table 3 family)",
+        "frozen": "base frozen",
+        "sampling": "PALs, other samplers",
+    }
     seen = set()
     for row in report["rows"]:
         avg = row["summary"]["average"]
         table = row["table"]
-        ax.errorbar(row["multiplier"], avg["mean"], yerr=avg["stderr"] or 0, fmt=markers[table], capsize=3,
-                    label=labels[table] if table not in seen else None, color=f"C{list(markers).index(table)}")
+        ax.errorbar(
+            row["multiplier"],
+            avg["mean"],
+            yerr=avg["stderr"] or 0,
+            fmt=markers[table],
+            capsize=3,
+            label=labels[table] if table not in seen else None,
+            color=f"C{list(markers).index(table)}",
+        )
         seen.add(table)
         if table != "sampling":  # the sampler rows share one x: the legend names them as a group
-            ax.annotate(row["name"], (row["multiplier"], avg["mean"]), textcoords="offset points", xytext=(6, -3),
-                        fontsize=7)
+            ax.annotate(
+                row["name"], (row["multiplier"], avg["mean"]), textcoords="offset points", xytext=(6, -3), fontsize=7
+            )
     ax.set_xscale("log")
     ax.set_xticks([1, 1.1, 1.25, 1.5, 2, 3, 5], ["1", "1.1", "1.25", "1.5", "2", "3", "5"])
     ax.minorticks_off()
     ax.set_xlabel("parameters of the multi-task system / base model (log scale)")
     ax.set_ylabel("average dev score (%)")
     settings = report["settings"]
-    ax.set_title(f"{settings['model']}, {len(settings['tasks'])} GLUE tasks, {settings['max_steps']} steps "
-                 f"({report['profile']} profile)", fontsize=9)
+    ax.set_title(
+        f"{settings['model']}, {len(settings['tasks'])} GLUE tasks, {settings['max_steps']} steps "
+        f"({report['profile']} profile)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -63,8 +78,11 @@ def speed_ratios(report: dict, path: Path) -> None:
     ax.set_xticks(list(x), names, rotation=20, fontsize=8)
     ax.set_ylabel("forward time / base model")
     s = report["settings"]
-    ax.set_title(f"{s['model']}, batch {s['batch']} x {s['length']} tokens, {report['machine']['device']}, "
-                 f"{s['threads']} thread(s)", fontsize=9)
+    ax.set_title(
+        f"{s['model']}, batch {s['batch']} x {s['length']} tokens, {report['machine']['device']}, "
+        f"{s['threads']} thread(s)",
+        fontsize=9,
+    )
     ax.set_ylim(0.8, max(max(m + h for m, h in zip(measured, high)), 1.2) + 0.05)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -82,7 +100,7 @@ def learning_curves(report: dict, path: Path) -> None:
     for colour, row in enumerate(rows):
         points = {}  # (panel, step) -> scores over seeds
         for seed in row["per_seed"]:
-            for run_id, curve in seed.get("curves", {}).items():
+            for curve in seed.get("curves", {}).values():
                 for entry in curve:
                     for panel in panels:
                         key = "eval_average" if panel == "average" else f"eval_{panel}_score"
@@ -92,11 +110,21 @@ def learning_curves(report: dict, path: Path) -> None:
         for ax, panel in zip(axes.flat, panels):
             steps = sorted(step for p, step in points if p == panel)
             if steps:
-                ax.plot(steps, [sum(points[(panel, s)]) / len(points[(panel, s)]) for s in steps], marker="o",
-                        markersize=3, color=f"C{colour}", label=row["name"])
+                ax.plot(
+                    steps,
+                    [sum(points[(panel, s)]) / len(points[(panel, s)]) for s in steps],
+                    marker="o",
+                    markersize=3,
+                    color=f"C{colour}",
+                    label=row["name"],
+                )
             elif panel == "average":
-                ax.axhline(row["summary"]["average"]["mean"], color=f"C{colour}", linestyle="--",
-                           label=f"{row['name']} (final)")
+                ax.axhline(
+                    row["summary"]["average"]["mean"],
+                    color=f"C{colour}",
+                    linestyle="--",
+                    label=f"{row['name']} (final)",
+                )
     for ax, panel in zip(axes.flat, panels):
         ax.set_title(panel, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
@@ -122,9 +150,11 @@ def main(argv=None):
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for source, draw, name in ((args.quality, quality_vs_params, "quality_vs_params.png"),
-                               (args.speed, speed_ratios, "speed_ratios.png"),
-                               (args.medium, learning_curves, "learning_curves_medium.png")):
+    for source, draw, name in (
+        (args.quality, quality_vs_params, "quality_vs_params.png"),
+        (args.speed, speed_ratios, "speed_ratios.png"),
+        (args.medium, learning_curves, "learning_curves_medium.png"),
+    ):
         if Path(source).is_file():
             draw(json.loads(Path(source).read_text()), out / name)
             print(f"{out / name} (from {source})")

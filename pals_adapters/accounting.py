@@ -42,8 +42,8 @@ def _numel(model) -> int:
 
 
 def count_parameters(
-    method: Union[str, dict, "adapters.AdapterConfig", "peft.PeftConfig"],
-    model_config: Union[str, PretrainedConfig],
+    method: Union[str, dict, "adapters.AdapterConfig", object],  # object: a peft.PeftConfig
+    model_config: str | PretrainedConfig,
     n_tasks: int = 8,
     num_labels: int = 2,
 ) -> ParameterCount:

@@ -7,7 +7,7 @@ argument (``BertOutput(hidden, input_tensor)`` or the library's ``output_adapter
 layer_norm)``), so a row only names the layer's arguments and that module's argument.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from .errors import UnsupportedModelError
 
@@ -55,7 +55,7 @@ ARCHITECTURES = {
 }
 
 
-def _config_problem(config) -> Optional[str]:
+def _config_problem(config) -> str | None:
     """Why a model of a supported family still cannot carry PALs, or None."""
     if getattr(config, "chunk_size_feed_forward", 0):
         return (

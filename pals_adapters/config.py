@@ -1,7 +1,6 @@
 """`PALsConfig`: Projected Attention Layers as an `adapters` config type, and the paper's presets."""
 
 from dataclasses import dataclass, field
-from typing import List, Optional
 
 from adapters import AdapterConfig
 
@@ -40,9 +39,9 @@ class PALsConfig(AdapterConfig):
             `adapters`, without reseeding torch's global generator).
     """
 
-    architecture: Optional[str] = "pals"
+    architecture: str | None = "pals"
 
-    hidden_size_aug: Optional[int] = None
+    hidden_size_aug: int | None = None
     reference_hidden_size_aug: int = 204
     num_attention_heads: int = 6
     shared_projections: bool = True
@@ -50,9 +49,9 @@ class PALsConfig(AdapterConfig):
     activation: str = "gelu"
     attention_dropout: float = 0.1
     layers: str = "all"
-    leave_out: List[int] = field(default_factory=list)
+    leave_out: list[int] = field(default_factory=list)
     init_range: float = 0.02
-    init_weights_seed: Optional[int] = None
+    init_weights_seed: int | None = None
 
     def __post_init__(self):
         def fail(name, problem):
@@ -101,7 +100,7 @@ class PALsConfig(AdapterConfig):
             return heads * max(1, round(scaled / heads))
         return max(1, round(scaled))
 
-    def layer_indices(self, num_layers: int) -> List[int]:
+    def layer_indices(self, num_layers: int) -> list[int]:
         """Indices of the layers that get a PAL in a model with ``num_layers`` layers."""
         out_of_range = [i for i in self.leave_out if i >= num_layers]
         if out_of_range:

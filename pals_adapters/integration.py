@@ -37,7 +37,7 @@ import functools
 import inspect
 import json
 import os
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from adapters import ADAPTER_CONFIG_MAP, AdapterConfig, ConfigUnion
@@ -109,7 +109,7 @@ def _resolve_config_class(original, config_dict):
     return original(config_dict)
 
 
-def pal_config_of(config) -> Optional[PALsConfig]:
+def pal_config_of(config) -> PALsConfig | None:
     """The `PALsConfig` in ``config`` (a config, a union, a name or a dict), or None."""
     if isinstance(config, str) and config == "pals":  # the method name, as supports_adapter takes it
         return PALS_PRESETS["pals"]
@@ -148,7 +148,7 @@ def _check_before_adding(original, model, *args, **kwargs):
 # --- 3. PAL layers and shared projections ---
 
 
-def attach_pal_layers(model) -> List[PALsLayer]:
+def attach_pal_layers(model) -> list[PALsLayer]:
     """Gives every transformer layer of ``model`` a `PALsLayer` (once) and returns them."""
     site = site_for(model)
     base = model.base_model
@@ -315,7 +315,7 @@ class _FilePolicy(NamedTuple):
     """What the outermost save/load call asked for; inner calls made by `adapters` follow it."""
 
     format_given: bool  # the caller passed use_safetensors: honour it for every adapter
-    allow_pickle: Optional[bool]  # None: refuse pickle for PAL adapters only
+    allow_pickle: bool | None  # None: refuse pickle for PAL adapters only
 
 
 _POLICY = contextvars.ContextVar("pals_adapters_file_policy", default=None)

@@ -8,7 +8,7 @@ receives the residual of the output block adds it there (where, per architecture
 
 import contextvars
 import threading
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from adapters.composition import AdapterCompositionBlock, Fuse, Split, adjust_tensors_for_parallel
@@ -33,8 +33,8 @@ class PALState(NamedTuple):
     """What flows through the adapters composition blocks."""
 
     hidden_states: torch.Tensor  # layer input h, (B, T, d)
-    attention_mask: Optional[torch.Tensor]  # additive, broadcastable to (B, heads, T, T), or None
-    delta: Optional[torch.Tensor]  # sum of the PAL outputs so far, (B, T, d), None = zero
+    attention_mask: torch.Tensor | None  # additive, broadcastable to (B, heads, T, T), or None
+    delta: torch.Tensor | None  # sum of the PAL outputs so far, (B, T, d), None = zero
 
 
 class PALsLayer(ComposableAdapterLayerBase, nn.Module):
@@ -90,7 +90,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
         delta = state.delta[slice_obj] if state.delta is not None else None
         return PALState(state.hidden_states[slice_obj], mask, delta)
 
-    def pad_and_concat(self, states: List[PALState]) -> PALState:
+    def pad_and_concat(self, states: list[PALState]) -> PALState:
         hidden = torch.cat([s.hidden_states for s in states])
         mask = states[0].attention_mask
         if mask is not None and mask.shape[0] == states[0].hidden_states.shape[0]:
@@ -98,9 +98,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
         if all(s.delta is None for s in states):
             delta = None
         else:
-            delta = torch.cat(
-                [s.delta if s.delta is not None else torch.zeros_like(s.hidden_states) for s in states]
-            )
+            delta = torch.cat([s.delta if s.delta is not None else torch.zeros_like(s.hidden_states) for s in states])
         return PALState(hidden, mask, delta)
 
     def repeat(self, state: PALState, channels: int) -> PALState:
@@ -110,7 +108,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
         delta = state.delta.repeat(channels, 1, 1) if state.delta is not None else None
         return PALState(state.hidden_states.repeat(channels, 1, 1), mask, delta)
 
-    def mean(self, states: List[PALState], weights: torch.Tensor) -> PALState:
+    def mean(self, states: list[PALState], weights: torch.Tensor) -> PALState:
         deltas = [s.delta if s.delta is not None else torch.zeros_like(s.hidden_states) for s in states]
         delta = (torch.stack(deltas) * weights.to(deltas[0].dtype)).sum(0)
         return PALState(states[0].hidden_states, states[0].attention_mask, delta)
@@ -179,7 +177,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
         return _set_arg(args, kwargs, self.site.residual, residual + delta)
 
 
-def additive_mask(mask: Optional[torch.Tensor], kind: str, dtype: torch.dtype) -> Optional[torch.Tensor]:
+def additive_mask(mask: torch.Tensor | None, kind: str, dtype: torch.dtype) -> torch.Tensor | None:
     """A layer's attention mask as an additive mask broadcastable to (B, heads, T, T), or None."""
     if mask is None:
         return None

@@ -4,7 +4,7 @@
 projected space without an output matrix (PALs) or the identity (low-rank layers).
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ class Projections(NamedTuple):
     up_bias: torch.Tensor
 
 
-def seeded_generator(seed: Optional[int], index: int) -> Optional[torch.Generator]:
+def seeded_generator(seed: int | None, index: int) -> torch.Generator | None:
     """A generator for the weights at ``index`` (a layer, or -1 for shared ones) given a seed; None without seed.
 
     A private generator, unlike a global ``torch.manual_seed``, leaves the caller's random stream alone and
@@ -40,7 +40,7 @@ def seeded_generator(seed: Optional[int], index: int) -> Optional[torch.Generato
 
 
 def init_projections(
-    hidden_size: int, projected_size: int, init_range: float, generator: Optional[torch.Generator] = None
+    hidden_size: int, projected_size: int, init_range: float, generator: torch.Generator | None = None
 ) -> nn.ParameterDict:
     """Fresh ``V_E``/``V_D`` parameters (normal weights, zero biases, as in the authors' code)."""
     return nn.ParameterDict(
@@ -65,7 +65,7 @@ class ProjectedSelfAttention(nn.Module):
         # One fused matrix for query, key and value: a single matmul instead of three.
         self.qkv = nn.Linear(size, 3 * size)
 
-    def forward(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         batch, length, size = x.shape
         head_size = size // self.num_heads
         qkv = self.qkv(x).view(batch, length, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)
@@ -102,7 +102,7 @@ class ProjectedAttentionLayer(nn.Module):
         activation: str = "gelu",
         own_projections: bool = False,
         init_range: float = 0.02,
-        generator: Optional[torch.Generator] = None,
+        generator: torch.Generator | None = None,
     ):
         super().__init__()
         # With a generator, torch's default Linear init must not draw from the global stream (it is overwritten below).
@@ -121,8 +121,8 @@ class ProjectedAttentionLayer(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: Optional[torch.Tensor],
-        shared: Optional[Projections] = None,
+        attention_mask: torch.Tensor | None,
+        shared: Projections | None = None,
     ) -> torch.Tensor:
         p = Projections(**self.projections) if self.projections is not None else shared
         if p is None:

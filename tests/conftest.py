@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from helpers import tiny_bert_config
 
 import pals_adapters  # noqa: F401  (registers the "pals" config type)
-from helpers import tiny_bert_config
 
 
 @pytest.fixture(autouse=True)

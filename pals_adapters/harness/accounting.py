@@ -13,8 +13,13 @@ from .tasks import TaskSpec
 
 # A stand-in task for building the model: only its number of labels matters for the count.
 _COUNTING_TASK = TaskSpec(
-    name="task", text_columns=("text",), label_column="label", is_regression=False, labels=("0", "1"),
-    metrics=("accuracy",), splits={"train": "train.tsv"},
+    name="task",
+    text_columns=("text",),
+    label_column="label",
+    is_regression=False,
+    labels=("0", "1"),
+    metrics=("accuracy",),
+    splits={"train": "train.tsv"},
 )
 
 

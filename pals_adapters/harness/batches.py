@@ -7,7 +7,6 @@ with accelerate's usual round-robin sharding every rank trains the same task at 
 """
 
 from collections import OrderedDict
-from typing import Dict, List
 
 import datasets
 import numpy as np
@@ -35,7 +34,7 @@ def tokenize(
     return encoded.remove_columns([c for c in encoded.column_names if c not in MODEL_COLUMNS])
 
 
-def rows_to_features(dataset: datasets.Dataset, indices) -> List[dict]:
+def rows_to_features(dataset: datasets.Dataset, indices) -> list[dict]:
     """Rows as the list of dicts that the padding collator takes."""
     columns = dataset[list(indices)]
     return [dict(zip(columns, values)) for values in zip(*columns.values())]
@@ -81,8 +80,14 @@ def _pad(rows, width: int, value: int) -> np.ndarray:
     return array
 
 
-def group_by_length(order: np.ndarray, lengths: np.ndarray, batch_size: int, offset: int,
-                    rng: np.random.Generator, group_batches: int = 50) -> np.ndarray:
+def group_by_length(
+    order: np.ndarray,
+    lengths: np.ndarray,
+    batch_size: int,
+    offset: int,
+    rng: np.random.Generator,
+    group_batches: int = 50,
+) -> np.ndarray:
     """``order`` (one pass over a task's examples) rearranged so that each batch holds examples
     of similar length: runs of ``group_batches`` batches are sorted by length and the batches of a
     run shuffled, as transformers' ``LengthGroupedSampler`` does. The result is a permutation of
@@ -120,7 +125,7 @@ class MultiTaskBatches(Dataset):
 
     def __init__(
         self,
-        train_sets: Dict[str, datasets.Dataset],
+        train_sets: dict[str, datasets.Dataset],
         sampler: TaskSampler,
         tokenizer: PreTrainedTokenizerBase,
         batch_size: int,
@@ -145,8 +150,11 @@ class MultiTaskBatches(Dataset):
         pad = tokenizer.pad_token_id or 0
         self.pad_token_id = pad
         # The arrays are needed for the lengths even when batches come from the collator.
-        self.task_features = [TaskFeatures(train_sets[name], pad) for name in self.task_names] \
-            if (features == "arrays" or group_by_length) else None
+        self.task_features = (
+            [TaskFeatures(train_sets[name], pad) for name in self.task_names]
+            if (features == "arrays" or group_by_length)
+            else None
+        )
         self.batch_size = batch_size
         self.total_steps = total_steps
         self.world_size = world_size
@@ -163,7 +171,7 @@ class MultiTaskBatches(Dataset):
         self.mixed = mixed
         if mixed:
             self.mix_counts, self.mix_starts = self._mixed_schedule(sampler)
-        self._permutations: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+        self._permutations: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
     def _mixed_schedule(self, sampler: TaskSampler) -> tuple:
         """Examples per task of every item, and where each task's stream stands before it."""
@@ -192,11 +200,11 @@ class MultiTaskBatches(Dataset):
         draw = self.occurrence[step] * self.world_size + rank
         return {"task": self.task_names[task], **self.task_batch(task, draw)}
 
-    def task_indices(self, task: int, draw: int) -> List[int]:
+    def task_indices(self, task: int, draw: int) -> list[int]:
         """Row indices of the ``draw``-th batch of ``task``'s example stream."""
         return self.stream_indices(task, draw * self.batch_size, self.batch_size)
 
-    def stream_indices(self, task: int, start: int, count: int) -> List[int]:
+    def stream_indices(self, task: int, start: int, count: int) -> list[int]:
         """Row indices at positions ``start .. start + count - 1`` of ``task``'s example stream."""
         size = len(self.train_sets[self.task_names[task]])
         return [int(self._permutation(task, pos // size, size)[pos % size]) for pos in range(start, start + count)]
@@ -242,7 +250,7 @@ class MultiTaskBatches(Dataset):
         return self._permutations[key]
 
 
-def unwrap_single_item(items: List[dict]) -> dict:
+def unwrap_single_item(items: list[dict]) -> dict:
     """DataLoader collate for `MultiTaskBatches` (batch_size=1: each item already is a batch)."""
     (item,) = items
     return item

@@ -77,9 +77,7 @@ def last_complete_checkpoint(output_dir: str | Path) -> str:
         problem = checkpoint_problem(path)
         if problem is None:
             if skipped:
-                logger.warning(
-                    "resume: skipped %s; resuming from %s instead", "; ".join(skipped), path.name
-                )
+                logger.warning("resume: skipped %s; resuming from %s instead", "; ".join(skipped), path.name)
             return str(path)
         skipped.append(f"{path.name} ({problem})")
     detail = f" (skipped: {'; '.join(skipped)})" if skipped else ""

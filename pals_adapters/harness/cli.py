@@ -1,11 +1,11 @@
 """``pals-bench``: train, evaluate, export and predict with the multi-task harness.
 
-    pals-bench train --model bert-base-uncased --tasks cola sst2 mrpc --method pals --base finetune
-    pals-bench export runs/pals --checkpoint runs/pals/checkpoint-2000
-    pals-bench evaluate runs/pals/export/rte --glue-dir ../shared/glue
-    pals-bench predict runs/pals/export --glue-dir ../shared/glue --out predictions/
-    pals-bench schedule --tasks cola sst2 mrpc stsb rte --sampler annealed --steps 20000 --plot schedule.png
-    pals-bench params --model bert-base-uncased --methods pals low_rank houlsby full shared
+pals-bench train --model bert-base-uncased --tasks cola sst2 mrpc --method pals --base finetune
+pals-bench export runs/pals --checkpoint runs/pals/checkpoint-2000
+pals-bench evaluate runs/pals/export/rte --glue-dir ../shared/glue
+pals-bench predict runs/pals/export --glue-dir ../shared/glue --out predictions/
+pals-bench schedule --tasks cola sst2 mrpc stsb rte --sampler annealed --steps 20000 --plot schedule.png
+pals-bench params --model bert-base-uncased --methods pals low_rank houlsby full shared
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ def _check_task_file(trained, task_file: str) -> None:
     if differences:
         raise PalsError(
             f"{task_file}: task {trained.name!r} differs from the one the export was trained on ("
-            + "; ".join(differences) + "); leave out --task-file to use the export's own task"
+            + "; ".join(differences)
+            + "); leave out --task-file to use the export's own task"
         )
 
 
@@ -155,8 +156,9 @@ def evaluate_export(task_dir: Path, args) -> tuple[dict[str, float], list[int]]:
     model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
     glue_dir = _glue_dir(args, evaluation)
     splits = {
-        split: tokenize(_dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer,
-                        max_length)
+        split: tokenize(
+            _dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer, max_length
+        )
         for split in spec.dev_splits
     }
     if not splits:
@@ -266,24 +268,29 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
             "--glue-dir", default=None, help="GLUE folder for GLUE tasks (default: the run's, else env GLUE_DIR)"
         )
         p.add_argument(
-            "--task-file", default=None,
+            "--task-file",
+            default=None,
             help="optional: checked against the task stored in the export (which is what is used)",
         )
         p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
         p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
         if name == "evaluate":
             p.add_argument(
-                "--max-eval-examples", type=int, default=None,
+                "--max-eval-examples",
+                type=int,
+                default=None,
                 help="the first N dev examples per task; 0: all (default: as the run evaluated, so that the "
                 "scores are the run's end-of-training scores)",
             )
         if name == "predict":
             p.add_argument(
-                "--out", required=True,
+                "--out",
+                required=True,
                 help="folder for the GLUE-format files; with --input, the predictions file (TSV: id, task, prediction)",
             )
             p.add_argument(
-                "--input", default=None,
+                "--input",
+                default=None,
                 help="CSV/TSV/JSONL of requests with columns task, text, text_b (pairs) and optional id: "
                 "all tasks answered by one model on one base",
             )
@@ -310,7 +317,9 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     params = sub.add_parser("params", help="task-specific parameters and the multiplier, from a model config")
     params.add_argument("--model", default="bert-base-uncased", help="model name or folder (only its config is read)")
     params.add_argument(
-        "--methods", nargs="+", default=["pals", "pals_no_share", "low_rank", "houlsby", "lora"],
+        "--methods",
+        nargs="+",
+        default=["pals", "pals_no_share", "low_rank", "houlsby", "lora"],
         help="harness method names (pals_adapters.harness.methods) or adapters config names",
     )
     params.add_argument("--n-tasks", type=int, default=8, help="number of tasks sharing the base")

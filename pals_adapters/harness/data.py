@@ -61,23 +61,29 @@ class _LabelParser:
         if not spec.is_regression:
             text = label_text(value)  # 1, 1.0 and "1.0" are one class (ValueError for NaN, lists ...)
             if text not in self.index:
-                raise ValueError(f"label {text!r} in column {spec.label_column!r} is not one of the task's labels "
-                                 f"{list(spec.labels)}; fix the row or the task's label set")
+                raise ValueError(
+                    f"label {text!r} in column {spec.label_column!r} is not one of the task's labels "
+                    f"{list(spec.labels)}; fix the row or the task's label set"
+                )
             return self.index[text]
         if isinstance(value, bool):
             raise ValueError(f"regression label {value!r} in column {spec.label_column!r} is not a number")
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"regression label {value!r} in column {spec.label_column!r} is not a number; "
-                             f"write a decimal like 3.5") from None
+            raise ValueError(
+                f"regression label {value!r} in column {spec.label_column!r} is not a number; write a decimal like 3.5"
+            ) from None
         if not math.isfinite(number):
-            raise ValueError(f"regression label {value!r} in column {spec.label_column!r} is not finite; "
-                             f"NaN/inf are not allowed")
+            raise ValueError(
+                f"regression label {value!r} in column {spec.label_column!r} is not finite; NaN/inf are not allowed"
+            )
         if spec.label_range and not spec.label_range[0] <= number <= spec.label_range[1]:
             low, high = spec.label_range
-            raise ValueError(f"regression label {number} in column {spec.label_column!r} is outside "
-                             f"the task's label_range [{low}, {high}]")
+            raise ValueError(
+                f"regression label {number} in column {spec.label_column!r} is outside "
+                f"the task's label_range [{low}, {high}]"
+            )
         return number
 
 
@@ -156,8 +162,9 @@ def resolve_glue_dir(glue_dir: str | os.PathLike | None = None) -> Path | None:
     return Path(value) if value else None
 
 
-def load_split(spec: TaskSpec | str, split: str, glue_dir: str | os.PathLike | None = None,
-               source: str = "auto") -> datasets.Dataset:
+def load_split(
+    spec: TaskSpec | str, split: str, glue_dir: str | os.PathLike | None = None, source: str = "auto"
+) -> datasets.Dataset:
     """Load one split with the uniform schema (see module docstring).
 
     ``source``: "local" reads the task's file; "hub" uses ``datasets.load_dataset(*spec.hub)``;
@@ -177,8 +184,10 @@ def load_split(spec: TaskSpec | str, split: str, glue_dir: str | os.PathLike | N
             raise ConfigError(f"task {spec.name!r}: source='local' needs glue_dir or env GLUE_DIR")
         path = spec.split_path(split, base)
         if not path.is_file():
-            raise DataError(f"{path}: missing file for split {split!r} of task {spec.name!r}; "
-                            f"check glue_dir / GLUE_DIR or the task's file paths")
+            raise DataError(
+                f"{path}: missing file for split {split!r} of task {spec.name!r}; "
+                f"check glue_dir / GLUE_DIR or the task's file paths"
+            )
         return _load_local(spec, split, path)
     path = spec.split_path(split, base) if (spec.data_dir is not None or base is not None) else None
     if path is not None and path.is_file():
@@ -191,12 +200,18 @@ def load_split(spec: TaskSpec | str, split: str, glue_dir: str | os.PathLike | N
         raise
     except Exception as exc:
         local = f"no local file {path}" if path is not None else "glue_dir / GLUE_DIR not set"
-        raise DataError(f"task {spec.name!r} split {split!r}: {local}, and loading {spec.hub[0]}/{spec.hub[1]} "
-                        f"from the hub failed ({type(exc).__name__}: {exc}); set GLUE_DIR to a GLUE folder") from exc
+        raise DataError(
+            f"task {spec.name!r} split {split!r}: {local}, and loading {spec.hub[0]}/{spec.hub[1]} "
+            f"from the hub failed ({type(exc).__name__}: {exc}); set GLUE_DIR to a GLUE folder"
+        ) from exc
 
 
-def load_task(spec: TaskSpec | str, glue_dir: str | os.PathLike | None = None,
-              splits: list[str] | tuple[str, ...] | None = None, source: str = "auto") -> datasets.DatasetDict:
+def load_task(
+    spec: TaskSpec | str,
+    glue_dir: str | os.PathLike | None = None,
+    splits: list[str] | tuple[str, ...] | None = None,
+    source: str = "auto",
+) -> datasets.DatasetDict:
     """Load several splits (default: all of ``spec.splits``) into a DatasetDict."""
     spec = get_task(spec)
     names = list(spec.splits) if splits is None else list(splits)

@@ -1,6 +1,5 @@
 """Dev-set evaluation of a multi-task model: predictions, the official metrics, a GLUE-style average."""
 
-from typing import Dict
 
 import datasets
 import numpy as np
@@ -52,13 +51,13 @@ def split_suffix(split: str) -> str:
 
 def evaluate_tasks(
     model,
-    eval_sets: Dict[str, Dict[str, datasets.Dataset]],
+    eval_sets: dict[str, dict[str, datasets.Dataset]],
     tokenizer: PreTrainedTokenizerBase,
     batch_size: int = 64,
     sort_by_length: bool = True,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Flat metrics: ``<task>_[<split>_]<metric>``, ``<task>_score`` and ``average`` (fractions)."""
-    results: Dict[str, float] = {}
+    results: dict[str, float] = {}
     scores = {}
     for task, splits in eval_sets.items():
         spec = model.tasks[task]

@@ -31,11 +31,15 @@ def shared_base_of(export_dir: str | Path) -> SharedBase:
     export_dir = Path(export_dir)
     checked = [_checked(folder, allow_pickle=False) for folder in task_folders(export_dir)]
     first, _, method = checked[0]
-    for manifest, spec, other in checked[1:]:
+    for manifest, _, other in checked[1:]:
         if (other.spec, manifest.base_mode, manifest.base_fingerprint) != (
-            method.spec, first.base_mode, first.base_fingerprint,
+            method.spec,
+            first.base_mode,
+            first.base_fingerprint,
         ):
-            raise AdapterLoadError(f"{export_dir}: its tasks do not share one method and base; give a run's export folder")
+            raise AdapterLoadError(
+                f"{export_dir}: its tasks do not share one method and base; give a run's export folder"
+            )
     if first.base_mode == "finetune":
         base_dir = export_dir / BASE_DIR
         base = read_base_manifest(base_dir)  # a missing or unreadable manifest is an error
@@ -48,7 +52,12 @@ def shared_base_of(export_dir: str | Path) -> SharedBase:
             raise AdapterLoadError(f"{export_dir}: its tasks name no base model")
         source = first.base_model_name
     return SharedBase(
-        export_dir, method, first.base_mode, first.base_fingerprint, source, first.base_model_name,
+        export_dir,
+        method,
+        first.base_mode,
+        first.base_fingerprint,
+        source,
+        first.base_model_name,
         tuple(spec.name for _, spec, _ in checked),
     )
 

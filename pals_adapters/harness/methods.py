@@ -68,6 +68,7 @@ METHODS: dict[str, Method] = {
     "ca_mtl": Method("ca_mtl", "ca_mtl", adapter_config="ca_mtl", default_sampler="mt_uncertainty"),
 }
 
+
 def register_method(method: Method) -> Method:
     """Makes ``method`` available by its name (in the CLI, configs and benchmarks). With
     `pals_adapters.harness.register_backend`, a new method family is one new file."""

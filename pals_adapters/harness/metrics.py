@@ -34,8 +34,10 @@ def _class_predictions(predictions: object, num_labels: int) -> np.ndarray:
     preds = _as_array(predictions, "predictions")
     if preds.ndim == 2:
         if preds.shape[1] != num_labels:
-            raise ValueError(f"logits have {preds.shape[1]} columns but the task has {num_labels} labels "
-                             f"(predictions shape {preds.shape})")
+            raise ValueError(
+                f"logits have {preds.shape[1]} columns but the task has {num_labels} labels "
+                f"(predictions shape {preds.shape})"
+            )
         return preds.argmax(axis=1)
     if preds.ndim != 1:
         raise ValueError(f"classification predictions must be 1-D class indices or 2-D logits, got shape {preds.shape}")
@@ -76,12 +78,15 @@ def compute_metrics(spec: TaskSpec | str, predictions: object, references: objec
     else:
         preds = _class_predictions(predictions, spec.num_labels)
         if not np.all(np.equal(np.mod(refs, 1), 0)) or refs.min() < 0 or refs.max() >= spec.num_labels:
-            raise ValueError(f"references must be class indices in 0..{spec.num_labels - 1} "
-                             f"(unlabelled -1 rows cannot be scored)")
+            raise ValueError(
+                f"references must be class indices in 0..{spec.num_labels - 1} (unlabelled -1 rows cannot be scored)"
+            )
         refs = refs.astype(np.int64)
     if preds.shape[0] != refs.shape[0]:
-        raise ValueError(f"predictions have {preds.shape[0]} rows but references have {refs.shape[0]} "
-                         f"(shapes {np.shape(predictions)} vs {refs.shape})")
+        raise ValueError(
+            f"predictions have {preds.shape[0]} rows but references have {refs.shape[0]} "
+            f"(shapes {np.shape(predictions)} vs {refs.shape})"
+        )
     out: dict[str, float] = {}
     for metric in spec.metrics:
         if metric == "accuracy":

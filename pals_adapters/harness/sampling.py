@@ -126,16 +126,13 @@ class TaskSampler:
         if strategy not in STRATEGIES:
             raise UnknownNameError("sampling strategy", strategy, STRATEGIES)
         if not isinstance(task_sizes, Mapping) or len(task_sizes) == 0:
-            raise ConfigError(
-                "task_sizes must be a non-empty dict {task_name: training-set size}"
-            )
+            raise ConfigError("task_sizes must be a non-empty dict {task_name: training-set size}")
         for name, size in task_sizes.items():
             if not isinstance(name, str) or not name:
                 raise ConfigError(f"task_sizes keys must be non-empty strings, got {name!r}")
             if not _is_int(size) or size <= 0:
                 raise ConfigError(
-                    f"task_sizes[{name!r}] must be a positive integer (number of "
-                    f"training examples), got {size!r}"
+                    f"task_sizes[{name!r}] must be a positive integer (number of training examples), got {size!r}"
                 )
         if not _is_int(seed) or seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
@@ -150,10 +147,7 @@ class TaskSampler:
         if alpha is not None:
             if strategy != "temperature":
                 # Silently ignoring it would hide a misconfigured run.
-                raise ConfigError(
-                    f"alpha only applies to strategy 'temperature', not {strategy!r}; "
-                    "leave alpha=None"
-                )
+                raise ConfigError(f"alpha only applies to strategy 'temperature', not {strategy!r}; leave alpha=None")
             if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool):
                 raise ConfigError(f"alpha must be a real number >= 0, got {alpha!r}")
             alpha = float(alpha)
@@ -350,23 +344,17 @@ def select_uncertain(
     if num_tasks == 0:
         raise ConfigError("logits_per_task is empty: pass one candidate batch per task")
     if len(num_classes) != num_tasks:
-        raise ConfigError(
-            f"num_classes has {len(num_classes)} entries but logits_per_task has {num_tasks}"
-        )
+        raise ConfigError(f"num_classes has {len(num_classes)} entries but logits_per_task has {num_tasks}")
     if is_regression is None:
         is_regression = [False] * num_tasks
     if len(is_regression) != num_tasks:
-        raise ConfigError(
-            f"is_regression has {len(is_regression)} entries but logits_per_task has {num_tasks}"
-        )
+        raise ConfigError(f"is_regression has {len(is_regression)} entries but logits_per_task has {num_tasks}")
     if not _is_int(top_b) or top_b <= 0:
         raise ConfigError(f"top_b must be a positive integer, got {top_b!r}")
 
     per_example: list[torch.Tensor | None] = []  # u_tj, None for regression tasks
     sizes: list[int] = []
-    for t, (out, classes, regression) in enumerate(
-        zip(logits_per_task, num_classes, is_regression)
-    ):
+    for t, (out, classes, regression) in enumerate(zip(logits_per_task, num_classes, is_regression)):
         if not isinstance(out, torch.Tensor):
             raise ConfigError(f"logits_per_task[{t}] must be a torch.Tensor, got {type(out)}")
         if not bool(torch.isfinite(out).all()):
@@ -388,9 +376,7 @@ def select_uncertain(
                 f"{classes!r}; mark regression tasks in is_regression"
             )
         if out.dim() != 2 or out.shape[1] != classes:
-            raise ConfigError(
-                f"logits_per_task[{t}] must have shape (B, {classes}), got {tuple(out.shape)}"
-            )
+            raise ConfigError(f"logits_per_task[{t}] must have shape (B, {classes}), got {tuple(out.shape)}")
         per_example.append(_normalised_entropy(out, int(classes)))
         sizes.append(out.shape[0])
 
@@ -408,8 +394,7 @@ def select_uncertain(
     else:
         neutral = 1.0
     scores_u = [
-        u if u is not None else torch.full((n,), neutral, dtype=torch.float64)
-        for u, n in zip(per_example, sizes)
+        u if u is not None else torch.full((n,), neutral, dtype=torch.float64) for u, n in zip(per_example, sizes)
     ]
 
     # Task means over non-empty batches; an empty batch has no candidates to scale.
@@ -429,9 +414,7 @@ def select_uncertain(
 # --------------------------------------------------------------------------
 
 
-def schedule(
-    sampler: TaskSampler, total_steps: int, every: int | None = None
-) -> list[dict[str, Any]]:
+def schedule(sampler: TaskSampler, total_steps: int, every: int | None = None) -> list[dict[str, Any]]:
     """Rows ``{step, epoch, [alpha], p_<task>...}`` at steps ``0, every, 2*every, ...``.
 
     Steps stop before ``total_steps``; ``every`` defaults to ``sampler.steps_per_epoch`` (one row per epoch).
@@ -480,8 +463,7 @@ def plot_schedule(sampler: TaskSampler, total_steps: int, path: str | Path) -> P
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "plot_schedule needs matplotlib: pip install 'matplotlib>=3.7' "
-            "(or pip install 'pals-adapters[plot]')"
+            "plot_schedule needs matplotlib: pip install 'matplotlib>=3.7' (or pip install 'pals-adapters[plot]')"
         ) from exc
 
     total_steps = _check_positive_int("total_steps", total_steps)

@@ -63,8 +63,11 @@ class MultiTaskPredictor:
     @classmethod
     def from_exports(cls, exports, base=None, *, allow_pickle: bool = False, batch_size: int = 64):
         """Tasks from export folders (or a run's export folder), each with the max length it was trained with."""
-        folders = [f for item in ([exports] if isinstance(exports, (str, os.PathLike)) else exports)
-                   for f in task_folders(item)]
+        folders = [
+            f
+            for item in ([exports] if isinstance(exports, (str, os.PathLike)) else exports)
+            for f in task_folders(item)
+        ]
         model = load_tasks(folders, base, allow_pickle=allow_pickle)
         manifests = {folder: read_task_manifest(folder) for folder in folders}
         lengths = {m.task: m.max_length or DEFAULT_MAX_LENGTH for m in manifests.values()}

@@ -74,8 +74,10 @@ class TaskSpec:
 
     def submission_name(self, split: str) -> str:
         """File stem of the split's prediction file: GLUE's own names for GLUE tasks, else task-split."""
-        return GLUE_SUBMISSION_NAMES.get((self.name, split), f"{self.name}-{split}") if self.glue_folder else (
-            f"{self.name}-{split}"
+        return (
+            GLUE_SUBMISSION_NAMES.get((self.name, split), f"{self.name}-{split}")
+            if self.glue_folder
+            else (f"{self.name}-{split}")
         )
 
     def header_for(self, split: str) -> bool:
@@ -160,8 +162,10 @@ def _validate(spec: TaskSpec) -> None:
     if spec.label_column is not None and (not isinstance(spec.label_column, str) or not spec.label_column):
         raise ConfigError(f"{where}.label_column must be a non-empty string or None")
     if spec.label_column in spec.text_columns:
-        raise ConfigError(f"{where}.label_column {spec.label_column!r} is also a text column: the label would be "
-                          "part of the input; name another column")
+        raise ConfigError(
+            f"{where}.label_column {spec.label_column!r} is also a text column: the label would be "
+            "part of the input; name another column"
+        )
     if not isinstance(spec.is_regression, bool):
         raise ConfigError(f"{where}.is_regression must be a bool")
     if spec.is_regression and spec.labels:
@@ -213,8 +217,10 @@ def _canonical_labels(spec: TaskSpec, where: str) -> None:
             raise ConfigError(f"{where}.{name}: {exc}") from None
         twice = sorted({label for label in labels if labels.count(label) > 1})
         if twice:
-            raise ConfigError(f"{where}.{name} {list(value)!r} names the label {twice[0]!r} twice (numbers are one "
-                              "label however written: 1, 1.0, '01'); list each class once")
+            raise ConfigError(
+                f"{where}.{name} {list(value)!r} names the label {twice[0]!r} twice (numbers are one "
+                "label however written: 1, 1.0, '01'); list each class once"
+            )
         _set(spec, name, labels)
 
 
@@ -264,45 +270,103 @@ _BINARY = ("0", "1")
 _NLI2 = ("entailment", "not_entailment")
 
 
-def _glue(name: str, folder: str, text: tuple[str, ...], label: str, labels: tuple[str, ...],
-          metrics: tuple[str, ...], hub_columns: tuple[str, ...], **extra: Any) -> TaskSpec:
+def _glue(
+    name: str,
+    folder: str,
+    text: tuple[str, ...],
+    label: str,
+    labels: tuple[str, ...],
+    metrics: tuple[str, ...],
+    hub_columns: tuple[str, ...],
+    **extra: Any,
+) -> TaskSpec:
     extra.setdefault("splits", dict(_STD))
-    return TaskSpec(name=name, text_columns=text, label_column=label, is_regression=not labels,
-                    labels=labels, metrics=metrics, glue_folder=folder, hub=("nyu-mll/glue", name),
-                    hub_columns=hub_columns, **extra)
+    return TaskSpec(
+        name=name,
+        text_columns=text,
+        label_column=label,
+        is_regression=not labels,
+        labels=labels,
+        metrics=metrics,
+        glue_folder=folder,
+        hub=("nyu-mll/glue", name),
+        hub_columns=hub_columns,
+        **extra,
+    )
 
 
 GLUE_TASKS: dict[str, TaskSpec] = {
-    "cola": _glue("cola", "CoLA", ("sentence",), "label", _BINARY, ("matthews",), ("sentence",),
-                  has_header={"train": False, "validation": False, "test": True},
-                  column_positions={"source": 0, "label": 1, "original_label": 2, "sentence": 3}),
+    "cola": _glue(
+        "cola",
+        "CoLA",
+        ("sentence",),
+        "label",
+        _BINARY,
+        ("matthews",),
+        ("sentence",),
+        has_header={"train": False, "validation": False, "test": True},
+        column_positions={"source": 0, "label": 1, "original_label": 2, "sentence": 3},
+    ),
     "sst2": _glue("sst2", "SST-2", ("sentence",), "label", _BINARY, ("accuracy",), ("sentence",)),
-    "mrpc": _glue("mrpc", "MRPC", ("#1 String", "#2 String"), "Quality", _BINARY, ("accuracy", "f1"),
-                  ("sentence1", "sentence2")),
-    "stsb": _glue("stsb", "STS-B", ("sentence1", "sentence2"), "score", (), ("pearson", "spearman"),
-                  ("sentence1", "sentence2"), label_range=(0.0, 5.0)),
-    "qqp": _glue("qqp", "QQP", ("question1", "question2"), "is_duplicate", _BINARY, ("accuracy", "f1"),
-                 ("question1", "question2")),
-    "mnli": _glue("mnli", "MNLI", ("sentence1", "sentence2"), "gold_label",
-                  ("contradiction", "entailment", "neutral"), ("accuracy",), ("premise", "hypothesis"),
-                  hub_labels=("entailment", "neutral", "contradiction"),
-                  splits={"train": "train.tsv", "validation_matched": "dev_matched.tsv",
-                          "validation_mismatched": "dev_mismatched.tsv",
-                          "test_matched": "test_matched.tsv", "test_mismatched": "test_mismatched.tsv"}),
-    "qnli": _glue("qnli", "QNLI", ("question", "sentence"), "label", _NLI2, ("accuracy",),
-                  ("question", "sentence")),
-    "rte": _glue("rte", "RTE", ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",),
-                 ("sentence1", "sentence2")),
-    "wnli": _glue("wnli", "WNLI", ("sentence1", "sentence2"), "label", _BINARY, ("accuracy",),
-                  ("sentence1", "sentence2")),
+    "mrpc": _glue(
+        "mrpc", "MRPC", ("#1 String", "#2 String"), "Quality", _BINARY, ("accuracy", "f1"), ("sentence1", "sentence2")
+    ),
+    "stsb": _glue(
+        "stsb",
+        "STS-B",
+        ("sentence1", "sentence2"),
+        "score",
+        (),
+        ("pearson", "spearman"),
+        ("sentence1", "sentence2"),
+        label_range=(0.0, 5.0),
+    ),
+    "qqp": _glue(
+        "qqp",
+        "QQP",
+        ("question1", "question2"),
+        "is_duplicate",
+        _BINARY,
+        ("accuracy", "f1"),
+        ("question1", "question2"),
+    ),
+    "mnli": _glue(
+        "mnli",
+        "MNLI",
+        ("sentence1", "sentence2"),
+        "gold_label",
+        ("contradiction", "entailment", "neutral"),
+        ("accuracy",),
+        ("premise", "hypothesis"),
+        hub_labels=("entailment", "neutral", "contradiction"),
+        splits={
+            "train": "train.tsv",
+            "validation_matched": "dev_matched.tsv",
+            "validation_mismatched": "dev_mismatched.tsv",
+            "test_matched": "test_matched.tsv",
+            "test_mismatched": "test_mismatched.tsv",
+        },
+    ),
+    "qnli": _glue("qnli", "QNLI", ("question", "sentence"), "label", _NLI2, ("accuracy",), ("question", "sentence")),
+    "rte": _glue("rte", "RTE", ("sentence1", "sentence2"), "label", _NLI2, ("accuracy",), ("sentence1", "sentence2")),
+    "wnli": _glue(
+        "wnli", "WNLI", ("sentence1", "sentence2"), "label", _BINARY, ("accuracy",), ("sentence1", "sentence2")
+    ),
 }
 
 
 # The file names the GLUE server expects in a submission.
 GLUE_SUBMISSION_NAMES = {
-    ("cola", "test"): "CoLA", ("sst2", "test"): "SST-2", ("mrpc", "test"): "MRPC", ("stsb", "test"): "STS-B",
-    ("qqp", "test"): "QQP", ("mnli", "test_matched"): "MNLI-m", ("mnli", "test_mismatched"): "MNLI-mm",
-    ("qnli", "test"): "QNLI", ("rte", "test"): "RTE", ("wnli", "test"): "WNLI",
+    ("cola", "test"): "CoLA",
+    ("sst2", "test"): "SST-2",
+    ("mrpc", "test"): "MRPC",
+    ("stsb", "test"): "STS-B",
+    ("qqp", "test"): "QQP",
+    ("mnli", "test_matched"): "MNLI-m",
+    ("mnli", "test_mismatched"): "MNLI-mm",
+    ("qnli", "test"): "QNLI",
+    ("rte", "test"): "RTE",
+    ("wnli", "test"): "WNLI",
 }
 
 
@@ -321,17 +385,37 @@ def get_task(name: str | TaskSpec) -> TaskSpec:
 
 # --------------------------------------------------------------------------- user tasks
 
-_USER_KEYS = ("name", "train", "validation", "test", "text_columns", "label_column", "type",
-              "labels", "metric", "metrics", "format", "label_range")
+_USER_KEYS = (
+    "name",
+    "train",
+    "validation",
+    "test",
+    "text_columns",
+    "label_column",
+    "type",
+    "labels",
+    "metric",
+    "metrics",
+    "format",
+    "label_range",
+)
 
 
-def custom_task(name: str, *, train: str | os.PathLike | None = None,
-                validation: str | os.PathLike | None = None, test: str | os.PathLike | None = None,
-                text_columns: str | list[str] | tuple[str, ...] = ("text",), label_column: str = "label",
-                type: str = "classification", labels: list[str] | tuple[str, ...] | None = None,
-                metrics: str | list[str] | tuple[str, ...] | None = None, format: str | None = None,
-                label_range: tuple[float, float] | None = None,
-                base_dir: str | os.PathLike | None = None) -> TaskSpec:
+def custom_task(
+    name: str,
+    *,
+    train: str | os.PathLike | None = None,
+    validation: str | os.PathLike | None = None,
+    test: str | os.PathLike | None = None,
+    text_columns: str | list[str] | tuple[str, ...] = ("text",),
+    label_column: str = "label",
+    type: str = "classification",
+    labels: list[str] | tuple[str, ...] | None = None,
+    metrics: str | list[str] | tuple[str, ...] | None = None,
+    format: str | None = None,
+    label_range: tuple[float, float] | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> TaskSpec:
     """Build a user task from files (relative paths resolve against ``base_dir``, default cwd).
 
     ``labels`` default to the sorted distinct labels of the train file (numeric
@@ -349,8 +433,10 @@ def custom_task(name: str, *, train: str | os.PathLike | None = None,
     if format is None:
         formats = {_EXTENSION_FORMATS.get(Path(f).suffix.lower()) for f in splits.values()}
         if None in formats or len(formats) != 1:
-            raise ConfigError(f"task {name!r}: cannot infer format from file names {sorted(files.values())}; "
-                              f"set format to one of {', '.join(FILE_FORMATS)}")
+            raise ConfigError(
+                f"task {name!r}: cannot infer format from file names {sorted(files.values())}; "
+                f"set format to one of {', '.join(FILE_FORMATS)}"
+            )
         format = formats.pop()
     regression = type == "regression"
     if metrics is None:
@@ -358,9 +444,18 @@ def custom_task(name: str, *, train: str | os.PathLike | None = None,
     if labels is None and not regression:
         labels = _infer_labels(name, splits.get("train"), text_columns, label_column, format)
     labels = tuple(labels) if labels is not None else ()
-    return TaskSpec(name=name, text_columns=text_columns, label_column=label_column, is_regression=regression,
-                    labels=labels, metrics=metrics, splits=splits, file_format=format, data_dir=str(base),
-                    label_range=label_range)
+    return TaskSpec(
+        name=name,
+        text_columns=text_columns,
+        label_column=label_column,
+        is_regression=regression,
+        labels=labels,
+        metrics=metrics,
+        splits=splits,
+        file_format=format,
+        data_dir=str(base),
+        label_range=label_range,
+    )
 
 
 def _infer_labels(name: str, train: str | None, text_columns: Any, label_column: str, fmt: str) -> tuple[str, ...]:
@@ -370,13 +465,16 @@ def _infer_labels(name: str, train: str | None, text_columns: Any, label_column:
     text_columns = (text_columns,) if isinstance(text_columns, str) else tuple(text_columns)
     values = sorted(set(read_column(train, label_column, fmt, also_required=text_columns)))
     if len(values) < 2:
-        raise ConfigError(f"task {name!r}: train file {train} has fewer than 2 distinct labels {values}; "
-                          f"set labels explicitly")
+        raise ConfigError(
+            f"task {name!r}: train file {train} has fewer than 2 distinct labels {values}; set labels explicitly"
+        )
     numbers = [_as_number(v) for v in values]
     if len(values) > 20 and None not in numbers and not all(n.is_integer() for n in numbers):
         examples = ", ".join(values[:3])
-        raise ConfigError(f"task {name!r}: train file {train} has {len(values)} distinct numeric labels ({examples}, ...); "
-                          f"if they are scores, declare `type: regression`; if they are classes, list them in `labels`")
+        raise ConfigError(
+            f"task {name!r}: train file {train} has {len(values)} distinct numeric labels ({examples}, ...); "
+            f"if they are scores, declare `type: regression`; if they are classes, list them in `labels`"
+        )
     if None not in numbers:  # numeric labels in numeric order (2 before 10)
         values = [v for _, v in sorted(zip(numbers, values))]
     return tuple(values)

@@ -6,7 +6,6 @@ import contextlib
 import os
 import tempfile
 from collections import Counter
-from typing import Dict, Optional
 
 import datasets
 import safetensors.torch
@@ -25,8 +24,8 @@ class MultiTaskTrainer(Trainer):
     def __init__(
         self,
         *args,
-        eval_sets: Optional[Dict[str, Dict[str, datasets.Dataset]]] = None,
-        adapter_lr: Optional[float] = None,
+        eval_sets: dict[str, dict[str, datasets.Dataset]] | None = None,
+        adapter_lr: float | None = None,
         example_batch_size: int = 32,
         mixed_batches: bool = False,
         **kwargs,
@@ -87,7 +86,7 @@ class MultiTaskTrainer(Trainer):
         self._task_loss[task] += float(outputs["loss"].detach())
         return (outputs["loss"], outputs) if return_outputs else outputs["loss"]
 
-    def _uncertainty_loss(self, model, candidates: Dict[str, dict]) -> torch.Tensor:
+    def _uncertainty_loss(self, model, candidates: dict[str, dict]) -> torch.Tensor:
         """MT-Uncertainty: score one candidate batch per task, train on the top-b examples."""
         names = list(candidates)
         base = self.accelerator.unwrap_model(model)
@@ -141,7 +140,7 @@ class MultiTaskTrainer(Trainer):
         batch["task_ids"] = torch.tensor(task_ids, device=batch["input_ids"].device)
         return model(**batch)["loss"]
 
-    def _save(self, output_dir: Optional[str] = None, state_dict=None):
+    def _save(self, output_dir: str | None = None, state_dict=None):
         # adapters ties a prompt-tuning copy of the word embeddings to the real ones; safetensors'
         # save_model stores shared tensors once (save_file refuses them), and Trainer's resume
         # path reloads such a file.
@@ -163,7 +162,7 @@ class MultiTaskTrainer(Trainer):
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
 
-    def log(self, logs: Dict[str, float], start_time: Optional[float] = None) -> None:
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # One item is one batch: Trainer's "samples" are steps. Report examples.
         if "train_samples_per_second" in logs:
             logs["train_examples_per_second"] = round(logs.pop("train_samples_per_second") * self.example_batch_size, 3)
@@ -172,13 +171,18 @@ class MultiTaskTrainer(Trainer):
             total = sum(self._task_mix.values())
             logs.update({f"mix_{task}": round(n / total, 3) for task, n in sorted(self._task_mix.items())})
             # Mean loss of each task's steps (the overall loss mixes tasks of different scales).
-            logs.update({f"loss_{task}": round(self._task_loss[task] / n, 4)
-                         for task, n in sorted(self._task_mix.items()) if task in self._task_loss})
+            logs.update(
+                {
+                    f"loss_{task}": round(self._task_loss[task] / n, 4)
+                    for task, n in sorted(self._task_mix.items())
+                    if task in self._task_loss
+                }
+            )
             self._task_mix.clear()
             self._task_loss.clear()
         super().log(logs, start_time) if start_time is not None else super().log(logs)
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> Dict[str, float]:
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Per-task dev metrics and their average (``eval_average``, usable to pick the best checkpoint)."""
         model = self.accelerator.unwrap_model(self.model)
         results = evaluate_tasks(model, self.eval_sets, self.processing_class, self.args.per_device_eval_batch_size)

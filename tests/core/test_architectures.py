@@ -11,12 +11,11 @@ import torch
 from adapters import AutoAdapterModel
 from adapters.composition import BatchSplit, MultiTask, Parallel
 from safetensors.torch import load_file, save_file
+from tiny_models import ARCHITECTURES, encode, inputs, plain_model, reference_forward, tiny_config
 from transformers import AutoModel, BartConfig, DebertaConfig, GPT2Config, T5Config
 
 import pals_adapters
 from pals_adapters import PALsConfig, UnsupportedModelError
-
-from tiny_models import ARCHITECTURES, encode, inputs, plain_model, reference_forward, tiny_config
 
 ARCHS = list(ARCHITECTURES)
 # (arch, config overrides) cases for the formula: both mask paths where a family has two.
@@ -154,7 +153,9 @@ def test_save_then_load_in_a_fresh_process_gives_the_same_outputs(tmp_path):
     (tmp_path / "archs.json").write_text(json.dumps(ARCHS))
     result = subprocess.run(
         [sys.executable, "-c", LOAD_IN_FRESH_PROCESS, str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
@@ -167,13 +168,22 @@ UNSUPPORTED = {
     "gpt2": (lambda: GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=99), "model_type 'gpt2'"),
     "t5": (lambda: T5Config(d_model=32, d_ff=37, num_layers=2, num_heads=4, d_kv=8, vocab_size=99), "model_type 't5'"),
     "bart": (
-        lambda: BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-                           decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=99),
+        lambda: BartConfig(
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            vocab_size=99,
+        ),
         "model_type 'bart'",
     ),
     "deberta": (
-        lambda: DebertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=37),
+        lambda: DebertaConfig(
+            vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+        ),
         "model_type 'deberta'",
     ),
     "bert-chunked": (lambda: tiny_config("bert", chunk_size_feed_forward=2), "chunk_size_feed_forward"),

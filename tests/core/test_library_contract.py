@@ -7,11 +7,10 @@ import pytest
 import torch
 from adapters import AutoAdapterModel, LoRAConfig
 from adapters.composition import BatchSplit, Fuse, MultiTask, Split, Stack
+from tiny_models import encode, inputs, plain_model, tiny_config
 
 from pals_adapters import PALsConfig, UnsupportedOperationError
 from pals_adapters.errors import IntegrityError
-
-from tiny_models import encode, inputs, plain_model, tiny_config
 
 PRESETS = ["pals", "pals_no_share"]
 
@@ -164,12 +163,17 @@ ROUND_TRIPS = {
     "setup-defaults": (reload_setup, {}, {}, "adapter.safetensors"),
     "setup-safetensors": (reload_setup, {"use_safetensors": True}, {"use_safetensors": True}, "adapter.safetensors"),
     "setup-pickle-opt-in": (
-        reload_setup, {"use_safetensors": False}, {"use_safetensors": False, "allow_pickle": True},
+        reload_setup,
+        {"use_safetensors": False},
+        {"use_safetensors": False, "allow_pickle": True},
         "pytorch_adapter.bin",
     ),
     "all-adapters-defaults": (reload_all, {}, {}, "adapter.safetensors"),
     "all-adapters-safetensors": (
-        reload_all, {"use_safetensors": True}, {"use_safetensors": True}, "adapter.safetensors"
+        reload_all,
+        {"use_safetensors": True},
+        {"use_safetensors": True},
+        "adapter.safetensors",
     ),
     "push-to-hub-folder": (reload_pushed, {}, {}, "adapter.safetensors"),
 }
@@ -304,8 +308,15 @@ def test_adapter_trainer_checkpoints_and_resumes_pal_adapters(tmp_path):
         batch = inputs(size=4)
         data = [{**{k: v[i] for k, v in batch.items()}, "labels": torch.tensor(i % 2)} for i in range(4)]
         args = TrainingArguments(
-            output_dir=str(tmp_path), max_steps=2, save_steps=2, per_device_train_batch_size=2, learning_rate=0.1,
-            use_cpu=True, report_to=[], remove_unused_columns=False, disable_tqdm=True,
+            output_dir=str(tmp_path),
+            max_steps=2,
+            save_steps=2,
+            per_device_train_batch_size=2,
+            learning_rate=0.1,
+            use_cpu=True,
+            report_to=[],
+            remove_unused_columns=False,
+            disable_tqdm=True,
         )
         return AdapterTrainer(model=model, args=args, train_dataset=data)
 

@@ -9,13 +9,12 @@ import torch
 import torch.nn.functional as F
 from adapters import AutoAdapterModel
 from adapters.composition import Average, BatchSplit, Fuse, Parallel, Stack
+from helpers import batch, tiny_bert_config, tiny_roberta_config
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertForSequenceClassification, BertModel, GPT2Config, GPT2Model, RobertaModel
 
 import pals_adapters
 from pals_adapters import AdapterLoadError, ConfigError, PALsConfig, UnsupportedModelError
-
-from helpers import batch, tiny_bert_config, tiny_roberta_config
 
 PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top", "pals_bottom"]
 
@@ -60,9 +59,16 @@ def reference_forward(model, plain, name, ids, attention_mask):
             p = module.projections if module.projections is not None else model.shared_parameters[name]
             qkv = module.inner.qkv if module.inner is not None else None
             ts = reference_pal(
-                h, mask, p["down_weight"], p["down_bias"],
-                qkv.weight if qkv else None, qkv.bias if qkv else None,
-                p["up_weight"], p["up_bias"], config.num_attention_heads, config.inner,
+                h,
+                mask,
+                p["down_weight"],
+                p["down_bias"],
+                qkv.weight if qkv else None,
+                qkv.bias if qkv else None,
+                p["up_weight"],
+                p["up_bias"],
+                config.num_attention_heads,
+                config.inner,
             )
         h = layer.output.LayerNorm(ffn + a + ts)  # LN2(FFN(a) + a + TS(h))
     return h
@@ -541,5 +547,11 @@ def test_count_parameters_takes_config_objects():
     from adapters import LoRAConfig
 
     cfg = BertConfig()
-    assert pals_adapters.count_parameters(LoRAConfig(r=8), cfg).per_task == pals_adapters.count_parameters("lora", cfg).per_task
-    assert pals_adapters.count_parameters(PALsConfig(), cfg).per_task == pals_adapters.count_parameters("pals", cfg).per_task
+    assert (
+        pals_adapters.count_parameters(LoRAConfig(r=8), cfg).per_task
+        == pals_adapters.count_parameters("lora", cfg).per_task
+    )
+    assert (
+        pals_adapters.count_parameters(PALsConfig(), cfg).per_task
+        == pals_adapters.count_parameters("pals", cfg).per_task
+    )

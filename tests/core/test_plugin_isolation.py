@@ -12,11 +12,10 @@ import torch
 from adapters import AutoAdapterModel
 from adapters.loading import AdapterLoader
 from adapters.model_mixin import ModelAdaptersMixin, ModelWithHeadsAdaptersMixin
+from tiny_models import encode, inputs, plain_model, tiny_config
 
 import pals_adapters.integration as integration
 from pals_adapters.errors import IntegrityError
-
-from tiny_models import encode, inputs, plain_model, tiny_config
 
 # Runs in a fresh interpreter, with or without the plugin: every file the library writes for its own
 # methods, the keys inside, whether each reloads to the same output, and supports_adapter's answers.
@@ -110,8 +109,9 @@ BEHAVIOUR_PROBE = textwrap.dedent(
 def probe(*modes):
     """Runs the probe once per mode, the processes side by side."""
     runs = [
-        subprocess.Popen([sys.executable, "-c", BEHAVIOUR_PROBE, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", BEHAVIOUR_PROBE, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for mode in modes
     ]
     reports = []

@@ -39,9 +39,7 @@ ARCHITECTURES = {
     ),
     # 3 layers in 2 groups: the first layer object runs twice, sharing its PAL.
     "albert": (
-        lambda **kw: AlbertConfig(
-            **dict(_COMMON, num_hidden_layers=3), embedding_size=16, num_hidden_groups=2, **kw
-        ),
+        lambda **kw: AlbertConfig(**dict(_COMMON, num_hidden_layers=3), embedding_size=16, num_hidden_groups=2, **kw),
         "full_layer_layer_norm",
     ),
     # post-norm X-MOD; adapters' X-MOD layer sends the residual sum through this LayerNorm.

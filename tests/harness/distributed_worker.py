@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, set_seed
 
-from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
 from pals_adapters.harness.methods import get_method
 from pals_adapters.harness.model import build_model
+from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
 
 
 def parameter_fingerprint(model: torch.nn.Module) -> str:
@@ -50,10 +50,24 @@ def main() -> None:
     torch.set_num_threads(1)
 
     config = RunConfig(
-        model=args.model, tasks=["rte", "stsb"], glue_dir=args.glue_dir, data_source="local",
-        method="pals", base="finetune", sampler="annealed", steps_per_epoch=2, max_steps=args.steps,
-        batch_size=4, max_length=64, lr=1e-3, max_train_examples=32, max_eval_examples=4,
-        logging_steps=3, eval_batch_size=4, output_dir=str(Path(args.out) / "run"), export=False,
+        model=args.model,
+        tasks=["rte", "stsb"],
+        glue_dir=args.glue_dir,
+        data_source="local",
+        method="pals",
+        base="finetune",
+        sampler="annealed",
+        steps_per_epoch=2,
+        max_steps=args.steps,
+        batch_size=4,
+        max_length=64,
+        lr=1e-3,
+        max_train_examples=32,
+        max_eval_examples=4,
+        logging_steps=3,
+        eval_batch_size=4,
+        output_dir=str(Path(args.out) / "run"),
+        export=False,
     )
     config.validate()
     set_seed(config.seed)

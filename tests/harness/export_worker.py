@@ -104,12 +104,17 @@ def main() -> None:
             started_exports += len(chunk)
         os.close(read)
         counts.append(started_exports)
-    print(json.dumps({
-        "fingerprints": [fingerprint_model(m) for m in models],
-        "kills": kills,
-        "exports_started": counts,
-        "one_export_s": round(one_export, 4),
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "fingerprints": [fingerprint_model(m) for m in models],
+                "kills": kills,
+                "exports_started": counts,
+                "one_export_s": round(one_export, 4),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,19 @@ def user_tasks(tmp: Path, names=("a", "a_b"), labels="[neg, pos]") -> Path:
 
 def user_run(tmp: Path, **changes) -> runner.RunConfig:
     settings = dict(
-        model=str(TINY["model"]), task_file=str(user_tasks(tmp)), method="pals", base="frozen",
-        sampler="round_robin", max_steps=8, save_steps=4, batch_size=4, max_length=32, logging_steps=4,
-        eval_batch_size=8, output_dir=str(tmp / "run"), export=False,
+        model=str(TINY["model"]),
+        task_file=str(user_tasks(tmp)),
+        method="pals",
+        base="frozen",
+        sampler="round_robin",
+        max_steps=8,
+        save_steps=4,
+        batch_size=4,
+        max_length=32,
+        logging_steps=4,
+        eval_batch_size=8,
+        output_dir=str(tmp / "run"),
+        export=False,
     )
     return runner.RunConfig(**{**settings, **changes})
 
@@ -121,8 +131,9 @@ def user_task_export(tmp: Path) -> Path:
     spec = load_task_specs(user_tasks(tmp, names=["mine"]))[0]
     model = MultiTaskModel(AutoModel.from_pretrained(TINY["model"]), {"mine": spec}, get_method("pals"), "frozen")
     tokenizer = AutoTokenizer.from_pretrained(TINY["model"])
-    return export_task(model, "mine", tmp / "export", base_model_name=str(TINY["model"]), tokenizer=tokenizer,
-                       max_length=32)
+    return export_task(
+        model, "mine", tmp / "export", base_model_name=str(TINY["model"]), tokenizer=tokenizer, max_length=32
+    )
 
 
 def evaluate_with_reordered_labels(tmp):

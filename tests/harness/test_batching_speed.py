@@ -7,6 +7,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_bert_config
 from transformers import BertModel, DataCollatorWithPadding
 
 from pals_adapters.harness.batches import MultiTaskBatches, TaskFeatures, group_by_length, rows_to_features
@@ -15,8 +16,6 @@ from pals_adapters.harness.methods import get_method
 from pals_adapters.harness.model import MultiTaskModel
 from pals_adapters.harness.sampling import make_sampler
 from pals_adapters.harness.tasks import GLUE_TASKS
-
-from helpers import tiny_bert_config
 
 
 def real_tokenizer():
@@ -29,8 +28,7 @@ def tokenised(size, seed, pair=True, regression=False):
     """Rows of random length 2..40; ``label`` is the row number (or its float) to identify rows."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(2, 41, size)
-    rows = {"input_ids": [list(rng.integers(5, 99, n)) for n in lengths],
-            "attention_mask": [[1] * n for n in lengths]}
+    rows = {"input_ids": [list(rng.integers(5, 99, n)) for n in lengths], "attention_mask": [[1] * n for n in lengths]}
     if pair:
         rows["token_type_ids"] = [[0] * (n // 2) + [1] * (n - n // 2) for n in lengths]
     rows["label"] = [float(i) for i in range(size)] if regression else list(range(size))
@@ -40,8 +38,17 @@ def tokenised(size, seed, pair=True, regression=False):
 def stream(grouped=True, sizes=(37, 50), batch_size=4, steps=60, seed=5, world_size=1, features="arrays"):
     sets = {f"t{i}": tokenised(n, seed=i) for i, n in enumerate(sizes)}
     sampler = make_sampler("round_robin", {k: len(v) for k, v in sets.items()}, seed=seed, total_steps=steps)
-    return MultiTaskBatches(sets, sampler, real_tokenizer(), batch_size, steps, world_size=world_size, seed=seed,
-                            group_by_length=grouped, features=features)
+    return MultiTaskBatches(
+        sets,
+        sampler,
+        real_tokenizer(),
+        batch_size,
+        steps,
+        world_size=world_size,
+        seed=seed,
+        group_by_length=grouped,
+        features=features,
+    )
 
 
 @pytest.mark.parametrize("pair, regression", [(True, False), (False, False), (True, True)])
@@ -94,7 +101,10 @@ def test_grouped_stream_is_deterministic_and_order_free():
 
 
 def test_grouping_cuts_padding_but_keeps_batches_random():
-    plain, grouped = stream(grouped=False, sizes=(400,), batch_size=8, steps=50), stream(sizes=(400,), batch_size=8, steps=50)
+    plain, grouped = (
+        stream(grouped=False, sizes=(400,), batch_size=8, steps=50),
+        stream(sizes=(400,), batch_size=8, steps=50),
+    )
 
     def padded(batches):
         return sum(batches[i]["input_ids"].numel() for i in range(50))
@@ -121,8 +131,9 @@ def test_group_by_length_only_moves_rows_within_a_run_after_the_offset():
 
 
 def test_sorted_evaluation_gives_the_same_logits_in_row_order():
-    model = MultiTaskModel(BertModel(tiny_bert_config()), {"rte": GLUE_TASKS["rte"]},
-                           get_method("pals[hidden_size_aug=12]"), "finetune")
+    model = MultiTaskModel(
+        BertModel(tiny_bert_config()), {"rte": GLUE_TASKS["rte"]}, get_method("pals[hidden_size_aug=12]"), "finetune"
+    )
     data = tokenised(23, seed=3)
     tokenizer = real_tokenizer()
     unsorted = predict(model, "rte", data, tokenizer, batch_size=5, sort_by_length=False)

@@ -8,8 +8,8 @@ import sys
 import warnings
 
 import pytest
-
 from helpers import REPO
+
 from pals_adapters.harness.methods import get_method
 
 BENCHMARKS = REPO / "benchmarks"
@@ -72,8 +72,20 @@ def test_param_budget_writes_table_and_passes_its_check(tmp_path):
     assert data["check"]["passed"]
     rows = {row["method"]: row for row in data["models"]["bert-base"]["rows"]}
     # One naming scheme: every row is a harness method as `pals-bench train --method` takes it.
-    expected = {"full", "shared", "pals", "pals_no_share", "low_rank", "pals_top", "pals_bottom", "houlsby",
-                "lora", "peft_lora", "top_layer", "top_pals"}
+    expected = {
+        "full",
+        "shared",
+        "pals",
+        "pals_no_share",
+        "low_rank",
+        "pals_top",
+        "pals_bottom",
+        "houlsby",
+        "lora",
+        "peft_lora",
+        "top_layer",
+        "top_pals",
+    }
     matched_lora = f"lora[r={data['models']['bert-base']['lora_rank_matched_to_pals']}]"
     assert rows.keys() == expected | {matched_lora}
     with warnings.catch_warnings():
@@ -88,8 +100,15 @@ def test_param_budget_writes_table_and_passes_its_check(tmp_path):
 @pytest.mark.slow
 def test_speed_memory_quick_on_a_tiny_model(tmp_path):
     out = run_script(
-        "speed_memory.py", "--quick", "--model", "tiny", "--methods", "pals,houlsby,peft_lora",
-        "--tasks", "a,b", tmp_path=tmp_path,
+        "speed_memory.py",
+        "--quick",
+        "--model",
+        "tiny",
+        "--methods",
+        "pals,houlsby,peft_lora",
+        "--tasks",
+        "a,b",
+        tmp_path=tmp_path,
     )
     assert "PALs forward / base forward" in out  # a PASS or FAIL line; timings are not checked
     data = json.loads((tmp_path / "speed_memory_tiny.json").read_text())

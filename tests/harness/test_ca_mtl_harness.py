@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from pals_adapters.ca_mtl import count_ca_mtl_parameters
-from pals_adapters.errors import PalsError, AdapterLoadError, ConfigError, IntegrityError
+from pals_adapters.errors import AdapterLoadError, ConfigError, IntegrityError, PalsError
 from pals_adapters.harness import count_method_parameters
 from pals_adapters.harness.evaluation import evaluate_tasks
 from pals_adapters.harness.export import load_task, load_tasks, read_base_manifest

@@ -11,13 +11,19 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import REPO, glue_dir
 
 DOCS = REPO / "docs"
 EXAMPLE_PAGES = [
-    "index.md", "pals.md", "ca-mtl.md", "quickstart.md", "adapters-api.md", "architecture.md", "data-and-sampling.md",
-    "user-tasks.md", "serving.md",
+    "index.md",
+    "pals.md",
+    "ca-mtl.md",
+    "quickstart.md",
+    "adapters-api.md",
+    "architecture.md",
+    "data-and-sampling.md",
+    "user-tasks.md",
+    "serving.md",
 ]
 NEEDS_GLUE = {"quickstart.md", "data-and-sampling.md", "serving.md"}
 
@@ -68,8 +74,7 @@ def _user_task_files(folder):
     (folder / "reviews" / "dev.csv").write_text(rows, encoding="utf-8")
     (folder / "similarity").mkdir()
     (folder / "similarity" / "train.jsonl").write_text(
-        '{"first": "a cat", "second": "a kitten", "score": 4.2}\n'
-        '{"first": "a cat", "second": "a car", "score": 0.4}\n',
+        '{"first": "a cat", "second": "a kitten", "score": 4.2}\n{"first": "a cat", "second": "a car", "score": 0.4}\n',
         encoding="utf-8",
     )
 
@@ -89,8 +94,9 @@ def _own_task_files(folder):
             f"the cat sat on mat {i}\t{'a cat was sitting on the mat' if i % 2 else 'stocks fell today'}\t{i % 2}\n"
             for i in range(12)
         )
-        (folder / "paraphrase" / f"{split}.tsv").write_text("sentence1\tsentence2\tis_paraphrase\n" + pairs,
-                                                             encoding="utf-8")
+        (folder / "paraphrase" / f"{split}.tsv").write_text(
+            "sentence1\tsentence2\tis_paraphrase\n" + pairs, encoding="utf-8"
+        )
         scores = "".join(
             f'{{"first": "a man plays music {i}", "second": "a man {"plays" if i % 2 else "sleeps"} {i}", '
             f'"score": {i % 6}}}\n'

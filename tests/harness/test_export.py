@@ -13,7 +13,6 @@ from safetensors.torch import load_file
 from transformers import BertModel
 
 from pals_adapters.errors import AdapterLoadError, IntegrityError
-from pals_adapters.harness.export.manifest import MANIFEST
 from pals_adapters.harness.export import (
     base_state_dict,
     export_base,
@@ -23,6 +22,7 @@ from pals_adapters.harness.export import (
     fingerprint_model,
     load_task,
 )
+from pals_adapters.harness.export.manifest import MANIFEST
 from pals_adapters.harness.methods import BASE_MODES, get_method
 from pals_adapters.harness.model import MultiTaskModel
 from pals_adapters.harness.tasks import GLUE_TASKS
@@ -343,8 +343,9 @@ def test_pickle_weights_are_refused_unless_allowed(exported, tmp_path):
     _to_pickle(folder, "head.safetensors", "head.bin")
 
     def relist(manifest):
-        manifest["files"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-                             for p in folder.iterdir() if p.name != MANIFEST}
+        manifest["files"] = {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir() if p.name != MANIFEST
+        }
 
     rewrite_manifest(folder, relist)
     with pytest.raises(IntegrityError, match="pickle.*allow_pickle=True"):

@@ -42,11 +42,19 @@ def leftovers(folder):
 
 def test_a_killed_re_export_leaves_the_old_or_the_new_export_whole(tmp_path):
     trials = 4  # 2 kills after a random delay, 2 at a random line of the switch itself
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
     worker = REPO / "tests" / "harness" / "export_worker.py"
-    proc = subprocess.run([sys.executable, str(worker), str(tmp_path), str(trials), "0"], capture_output=True,
-                          text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(worker), str(tmp_path), str(trials), "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     fresh = tiny_model(3)
@@ -82,8 +90,12 @@ def test_export_task_replaces_one_task_and_keeps_the_others(tmp_path):
 def test_leftovers_of_interrupted_exports_go_with_the_next_export(tmp_path):
     out = tmp_path / "export"
     export_run(tiny_model(base="frozen"), out, base_model_name="tiny-bert")
-    for stray in (tmp_path / ".export.new-abc123", tmp_path / ".export.old-def456" , out / ".rte.tmp-x1y2",
-                  out / ".base.old-z9"):
+    for stray in (
+        tmp_path / ".export.new-abc123",
+        tmp_path / ".export.old-def456",
+        out / ".rte.tmp-x1y2",
+        out / ".base.old-z9",
+    ):
         stray.mkdir()
         (stray / "adapter.safetensors").write_bytes(b"half")
     export_run(tiny_model(base="frozen"), out, base_model_name="tiny-bert")
@@ -125,8 +137,9 @@ def test_an_export_never_replaces_or_cleans_a_folder_with_other_files(tmp_path):
     assert [p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.new")] == []
 
 
-@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775),
-                                                        (0o077, 0o600, 0o700)])
+@pytest.mark.parametrize(
+    "umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775), (0o077, 0o600, 0o700)]
+)
 def test_export_files_follow_the_users_umask(tmp_path, umask, file_mode, dir_mode):
     previous = os.umask(umask)
     try:

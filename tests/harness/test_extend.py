@@ -16,15 +16,28 @@ pytestmark = pytest.mark.skipif(glue_dir() is None, reason="needs the shared GLU
 
 def settings(model_dir, out, **changes):
     base = dict(
-        model=str(model_dir), glue_dir=str(glue_dir()), method="pals", sampler="proportional", max_steps=4,
-        batch_size=8, max_length=32, lr=1e-3, max_train_examples=32, max_eval_examples=16, logging_steps=2,
+        model=str(model_dir),
+        glue_dir=str(glue_dir()),
+        method="pals",
+        sampler="proportional",
+        max_steps=4,
+        batch_size=8,
+        max_length=32,
+        lr=1e-3,
+        max_train_examples=32,
+        max_eval_examples=16,
+        logging_steps=2,
         output_dir=str(out),
     )
     return RunConfig(**{**base, **changes})
 
 
 def file_hashes(folder):
-    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")

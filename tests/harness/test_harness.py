@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import batch, glue_dir, tiny_bert_config
 from transformers import AutoTokenizer, BertModel
 
 from pals_adapters import ConfigError, UnknownNameError
@@ -13,8 +14,6 @@ from pals_adapters.harness.methods import METHODS, get_method
 from pals_adapters.harness.model import MultiTaskModel
 from pals_adapters.harness.sampling import make_sampler
 from pals_adapters.harness.tasks import GLUE_TASKS
-
-from helpers import batch, glue_dir, tiny_bert_config
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
 
@@ -119,7 +118,9 @@ needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set G
 
 
 @needs_glue
-@pytest.mark.parametrize("method, base, sampler", [("pals", "finetune", "annealed"), ("houlsby", "frozen", "mt_uncertainty")])
+@pytest.mark.parametrize(
+    "method, base, sampler", [("pals", "finetune", "annealed"), ("houlsby", "frozen", "mt_uncertainty")]
+)
 def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, base, sampler):
     from pals_adapters.harness.cli import main
     from pals_adapters.harness.evaluation import evaluate_tasks
@@ -127,10 +128,38 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
 
     out = tmp_path / "run"
     argv = [
-        "train", "--model", str(tiny_model_dir), "--tasks", "rte", "stsb", "--glue-dir", str(GLUE),
-        "--method", method, "--base", base, "--sampler", sampler, "--max-steps", "6", "--batch-size", "4",
-        "--steps-per-epoch", "2", "--max-train-examples", "40", "--max-eval-examples", "24", "--logging-steps", "3",
-        "--eval-batch-size", "8", "--output-dir", str(out), "--adapter-lr", "1e-3",
+        "train",
+        "--model",
+        str(tiny_model_dir),
+        "--tasks",
+        "rte",
+        "stsb",
+        "--glue-dir",
+        str(GLUE),
+        "--method",
+        method,
+        "--base",
+        base,
+        "--sampler",
+        sampler,
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--steps-per-epoch",
+        "2",
+        "--max-train-examples",
+        "40",
+        "--max-eval-examples",
+        "24",
+        "--logging-steps",
+        "3",
+        "--eval-batch-size",
+        "8",
+        "--output-dir",
+        str(out),
+        "--adapter-lr",
+        "1e-3",
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -164,7 +193,10 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
         assert {k: v for k, v in metrics.items() if k != "average"} == own
 
     base_option = [] if base == "finetune" else ["--base-model", str(tiny_model_dir)]
-    assert main(["predict", str(out / "export"), "--glue-dir", str(GLUE), "--out", str(tmp_path / "pred")] + base_option) == 0
+    assert (
+        main(["predict", str(out / "export"), "--glue-dir", str(GLUE), "--out", str(tmp_path / "pred")] + base_option)
+        == 0
+    )
     lines = (tmp_path / "pred" / "RTE.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 3001
     assert {line.split("\t")[1] for line in lines[1:]} <= {"entailment", "not_entailment"}
@@ -210,11 +242,27 @@ def test_parameter_counts_of_harness_methods_agree_with_the_libraries():
     from pals_adapters.harness import count_method_parameters as count_parameters
 
     cfg = BertConfig()
-    assert count_parameters("houlsby", cfg).per_task == count_parameters({"architecture": None, "mh_adapter": True,
-        "output_adapter": True, "reduction_factor": 16, "non_linearity": "swish", "original_ln_before": False,
-        "original_ln_after": True, "residual_before_ln": True}, cfg).per_task
-    assert count_parameters("peft_lora", cfg).per_task == count_parameters(
-        LoraConfig(r=8, target_modules=["query", "value"]), cfg).per_task == 12 * 2 * (768 * 8 + 8 * 768)
+    assert (
+        count_parameters("houlsby", cfg).per_task
+        == count_parameters(
+            {
+                "architecture": None,
+                "mh_adapter": True,
+                "output_adapter": True,
+                "reduction_factor": 16,
+                "non_linearity": "swish",
+                "original_ln_before": False,
+                "original_ln_after": True,
+                "residual_before_ln": True,
+            },
+            cfg,
+        ).per_task
+    )
+    assert (
+        count_parameters("peft_lora", cfg).per_task
+        == count_parameters(LoraConfig(r=8, target_modules=["query", "value"]), cfg).per_task
+        == 12 * 2 * (768 * 8 + 8 * 768)
+    )
     d, s = 768, 204  # the paper's "projected attention on top": V_E, V_D, six blocks with Q, K, V, O, LN
     assert count_parameters("top_pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
 
@@ -233,9 +281,32 @@ def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
     )
     out = tmp_path / "run"
     argv = [
-        "train", "--model", str(tiny_model_dir), "--tasks", "reviews", "rte", "--task-file", str(tmp_path / "tasks.yaml"),
-        "--glue-dir", str(GLUE), "--method", "pals", "--base", "frozen", "--max-steps", "4", "--save-steps", "4",
-        "--batch-size", "4", "--max-train-examples", "16", "--max-eval-examples", "8", "--output-dir", str(out),
+        "train",
+        "--model",
+        str(tiny_model_dir),
+        "--tasks",
+        "reviews",
+        "rte",
+        "--task-file",
+        str(tmp_path / "tasks.yaml"),
+        "--glue-dir",
+        str(GLUE),
+        "--method",
+        "pals",
+        "--base",
+        "frozen",
+        "--max-steps",
+        "4",
+        "--save-steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--max-train-examples",
+        "16",
+        "--max-eval-examples",
+        "8",
+        "--output-dir",
+        str(out),
     ]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())

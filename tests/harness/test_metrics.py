@@ -51,18 +51,21 @@ def test_regression_matches_scipy(seed, shape):
     assert got == pytest.approx(reference_metrics("stsb", preds, refs), abs=1e-12)
 
 
-@pytest.mark.parametrize("name, preds, refs, expected", [
-    ("cola", [1, 1, 1, 1], [0, 1, 0, 1], {"matthews": 0.0}),
-    ("cola", [0, 0, 0], [0, 0, 0], {"matthews": 0.0}),
-    ("cola", [0, 1, 0, 1], [0, 1, 0, 1], {"matthews": 1.0}),
-    ("cola", [1, 0, 1, 0], [0, 1, 0, 1], {"matthews": -1.0}),
-    ("mrpc", [0, 0, 0, 0], [0, 1, 0, 1], {"accuracy": 0.5, "f1": 0.0}),
-    ("mrpc", [1, 1, 0, 0], [1, 0, 0, 0], {"accuracy": 0.75, "f1": 2 / 3}),
-    ("stsb", [2.0, 2.0, 2.0], [1.0, 2.0, 3.0], {"pearson": 0.0, "spearman": 0.0}),
-    ("stsb", [1.0, 2.0, 3.0], [4.0, 4.0, 4.0], {"pearson": 0.0, "spearman": 0.0}),
-    ("stsb", [1.0, 2.0, 3.0], [2.0, 4.0, 6.0], {"pearson": 1.0, "spearman": 1.0}),
-    ("stsb", [1.0, 2.0, 30.0], [3.0, 2.0, 1.0], {"pearson": -0.880812271884641, "spearman": -1.0}),
-])
+@pytest.mark.parametrize(
+    "name, preds, refs, expected",
+    [
+        ("cola", [1, 1, 1, 1], [0, 1, 0, 1], {"matthews": 0.0}),
+        ("cola", [0, 0, 0], [0, 0, 0], {"matthews": 0.0}),
+        ("cola", [0, 1, 0, 1], [0, 1, 0, 1], {"matthews": 1.0}),
+        ("cola", [1, 0, 1, 0], [0, 1, 0, 1], {"matthews": -1.0}),
+        ("mrpc", [0, 0, 0, 0], [0, 1, 0, 1], {"accuracy": 0.5, "f1": 0.0}),
+        ("mrpc", [1, 1, 0, 0], [1, 0, 0, 0], {"accuracy": 0.75, "f1": 2 / 3}),
+        ("stsb", [2.0, 2.0, 2.0], [1.0, 2.0, 3.0], {"pearson": 0.0, "spearman": 0.0}),
+        ("stsb", [1.0, 2.0, 3.0], [4.0, 4.0, 4.0], {"pearson": 0.0, "spearman": 0.0}),
+        ("stsb", [1.0, 2.0, 3.0], [2.0, 4.0, 6.0], {"pearson": 1.0, "spearman": 1.0}),
+        ("stsb", [1.0, 2.0, 30.0], [3.0, 2.0, 1.0], {"pearson": -0.880812271884641, "spearman": -1.0}),
+    ],
+)
 def test_edge_cases_without_warnings(name, preds, refs, expected):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -82,32 +85,38 @@ def test_accepts_torch_tensors():
     assert compute_metrics("sst2", logits, torch.tensor([1, 0])) == {"accuracy": 1.0}
 
 
-@pytest.mark.parametrize("name, preds, refs, fragment", [
-    ("sst2", [0, 1, 1], [0, 1], "3 rows but references have 2"),
-    ("sst2", np.zeros((3, 2)), [0, 1], "3 rows but references have 2"),
-    ("stsb", [0.5, 1.0], [0.5, 1.0, 2.0], "2 rows but references have 3"),
-    ("mnli", np.zeros((2, 2)), [0, 1], "2 columns but the task has 3 labels"),
-    ("sst2", np.zeros((2, 2, 2)), [0, 1], "shape"),
-    ("sst2", [0.5, 1.0], [0, 1], "integer class indices"),
-    ("sst2", [0, 2], [0, 1], "0..1"),
-    ("sst2", [0, 1], [-1, -1], "unlabelled"),
-    ("sst2", [0, 1], [[0], [1]], "1-D"),
-    ("sst2", [], [], "empty"),
-    ("stsb", [0.5, float("nan")], [0.5, 1.0], "finite"),
-    ("stsb", np.zeros((2, 2)), [0.5, 1.0], "(n, 1)"),
-])
+@pytest.mark.parametrize(
+    "name, preds, refs, fragment",
+    [
+        ("sst2", [0, 1, 1], [0, 1], "3 rows but references have 2"),
+        ("sst2", np.zeros((3, 2)), [0, 1], "3 rows but references have 2"),
+        ("stsb", [0.5, 1.0], [0.5, 1.0, 2.0], "2 rows but references have 3"),
+        ("mnli", np.zeros((2, 2)), [0, 1], "2 columns but the task has 3 labels"),
+        ("sst2", np.zeros((2, 2, 2)), [0, 1], "shape"),
+        ("sst2", [0.5, 1.0], [0, 1], "integer class indices"),
+        ("sst2", [0, 2], [0, 1], "0..1"),
+        ("sst2", [0, 1], [-1, -1], "unlabelled"),
+        ("sst2", [0, 1], [[0], [1]], "1-D"),
+        ("sst2", [], [], "empty"),
+        ("stsb", [0.5, float("nan")], [0.5, 1.0], "finite"),
+        ("stsb", np.zeros((2, 2)), [0.5, 1.0], "(n, 1)"),
+    ],
+)
 def test_bad_shapes_raise_value_error(name, preds, refs, fragment):
     with pytest.raises(ValueError) as info:
         compute_metrics(name, preds, refs)
     assert fragment in str(info.value)
 
 
-@pytest.mark.parametrize("name, values, expected", [
-    ("cola", {"matthews": 0.5}, 0.5),
-    ("mrpc", {"accuracy": 0.8, "f1": 0.9, "extra": 0.0}, 0.85),
-    ("stsb", {"pearson": 0.8, "spearman": 0.7}, 0.75),
-    ("mnli", {"accuracy": 0.6}, 0.6),
-])
+@pytest.mark.parametrize(
+    "name, values, expected",
+    [
+        ("cola", {"matthews": 0.5}, 0.5),
+        ("mrpc", {"accuracy": 0.8, "f1": 0.9, "extra": 0.0}, 0.85),
+        ("stsb", {"pearson": 0.8, "spearman": 0.7}, 0.75),
+        ("mnli", {"accuracy": 0.6}, 0.6),
+    ],
+)
 def test_task_score(name, values, expected):
     assert task_score(name, values) == pytest.approx(expected)
 
@@ -117,11 +126,14 @@ def test_task_score_missing_metric():
         task_score("mrpc", {"accuracy": 0.8})
 
 
-@pytest.mark.parametrize("scores, expected", [
-    ({"cola": 0.5, "sst2": 0.9}, 0.7),
-    ({"rte": 0.6}, 0.6),
-    ([0.1, 0.2, 0.3], 0.2),
-])
+@pytest.mark.parametrize(
+    "scores, expected",
+    [
+        ({"cola": 0.5, "sst2": 0.9}, 0.7),
+        ({"rte": 0.6}, 0.6),
+        ([0.1, 0.2, 0.3], 0.2),
+    ],
+)
 def test_glue_average(scores, expected):
     assert glue_average(scores) == pytest.approx(expected)
 

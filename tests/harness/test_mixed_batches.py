@@ -78,12 +78,14 @@ def test_methods_that_cannot_mix_tasks_are_refused_before_training(method, says)
 def tokenised(size, seed):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(2, 20, size)
-    return datasets.Dataset.from_dict({
-        "input_ids": [list(rng.integers(5, 99, n)) for n in lengths],
-        "attention_mask": [[1] * n for n in lengths],
-        "token_type_ids": [[0] * n for n in lengths],
-        "label": list(range(size)),  # the row number identifies the example
-    })
+    return datasets.Dataset.from_dict(
+        {
+            "input_ids": [list(rng.integers(5, 99, n)) for n in lengths],
+            "attention_mask": [[1] * n for n in lengths],
+            "token_type_ids": [[0] * n for n in lengths],
+            "label": list(range(size)),  # the row number identifies the example
+        }
+    )
 
 
 def mixed_stream(sampler="proportional", steps=40, grouped=True, seed=3):
@@ -120,9 +122,19 @@ def test_mixed_stream_sees_every_example_once_per_pass_and_is_deterministic():
 @pytest.mark.parametrize("sampler", ["annealed", "mt_uncertainty"])
 def test_a_mixed_run_trains_evaluates_and_exports(tmp_path, tiny_model_dir, sampler):
     config = RunConfig(
-        model=str(tiny_model_dir), tasks=["rte", "stsb"], glue_dir=str(glue_dir()), method="pals",
-        batching="mixed", sampler=sampler, max_steps=4, batch_size=8, max_length=32, max_train_examples=40,
-        max_eval_examples=16, logging_steps=2, output_dir=str(tmp_path / "run"),
+        model=str(tiny_model_dir),
+        tasks=["rte", "stsb"],
+        glue_dir=str(glue_dir()),
+        method="pals",
+        batching="mixed",
+        sampler=sampler,
+        max_steps=4,
+        batch_size=8,
+        max_length=32,
+        max_train_examples=40,
+        max_eval_examples=16,
+        logging_steps=2,
+        output_dir=str(tmp_path / "run"),
     )
     results = run(config)
     assert {"rte_score", "stsb_score", "average"} <= set(results["metrics"])

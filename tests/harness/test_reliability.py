@@ -69,11 +69,26 @@ def free_port() -> int:
 @needs_glue
 def test_two_process_gloo_training_keeps_ranks_in_step(tmp_path, tiny_model_dir):
     """torchrun, 2 CPU ranks: same task at every step, different examples, identical final weights."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
         str(REPO / "tests" / "harness" / "distributed_worker.py"),
-        "--model", str(tiny_model_dir), "--glue-dir", str(GLUE), "--out", str(tmp_path),
+        "--model",
+        str(tiny_model_dir),
+        "--glue-dir",
+        str(GLUE),
+        "--out",
+        str(tmp_path),
     ]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]  # no "unused parameters" failure
@@ -132,10 +147,25 @@ def instrument(monkeypatch, stop_before=None):
 
 def small_run(model_dir, output_dir, **changes):
     settings_ = dict(
-        model=str(model_dir), tasks=["rte", "stsb"], glue_dir=str(GLUE), data_source="local", method="pals",
-        base="finetune", sampler="annealed", steps_per_epoch=2, max_steps=8, save_steps=4, batch_size=4,
-        max_length=48, lr=1e-3, max_train_examples=32, max_eval_examples=8, logging_steps=4, eval_batch_size=8,
-        output_dir=str(output_dir), export=False,
+        model=str(model_dir),
+        tasks=["rte", "stsb"],
+        glue_dir=str(GLUE),
+        data_source="local",
+        method="pals",
+        base="finetune",
+        sampler="annealed",
+        steps_per_epoch=2,
+        max_steps=8,
+        save_steps=4,
+        batch_size=4,
+        max_length=48,
+        lr=1e-3,
+        max_train_examples=32,
+        max_eval_examples=8,
+        logging_steps=4,
+        eval_batch_size=8,
+        output_dir=str(output_dir),
+        export=False,
     )
     return harness.RunConfig(**{**settings_, **changes})
 
@@ -177,7 +207,9 @@ def test_resume_last_skips_a_checkpoint_whose_write_did_not_finish(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-16", missing=["trainer_state.json"])  # crashed while saving
     fake_checkpoint(tmp_path / "checkpoint-20", missing=["model.safetensors"])
     (tmp_path / "checkpoint-99.tmp").mkdir()  # not a checkpoint name
-    assert checkpoints.last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-12")  # numeric, not text order
+    assert checkpoints.last_complete_checkpoint(str(tmp_path)) == str(
+        tmp_path / "checkpoint-12"
+    )  # numeric, not text order
 
 
 def truncate(path, keep=0.5):
@@ -193,8 +225,10 @@ DAMAGE = {
     "flipped byte in optimizer.pt": lambda c: c.joinpath("optimizer.pt").write_bytes(
         bytes(b ^ (i == 200) for i, b in enumerate(c.joinpath("optimizer.pt").read_bytes()))
     ),
-    "truncated rng_state.pth": lambda c: (torch.save({"x": torch.ones(64)}, c / "rng_state.pth"),
-                                          truncate(c / "rng_state.pth")),
+    "truncated rng_state.pth": lambda c: (
+        torch.save({"x": torch.ones(64)}, c / "rng_state.pth"),
+        truncate(c / "rng_state.pth"),
+    ),
 }
 
 
@@ -375,71 +409,138 @@ def forward_unknown_task(tmp):
 
 BAD_INPUT = {
     # malformed rows and files
-    "tsv-too-few-fields": (load_rte(RTE_HEADER + "0\ta\tb\tentailment\n1\tonly one\tentailment\n"), DataError,
-                           ["train.tsv, line 3", "too few fields"]),
-    "tsv-too-many-fields": (load_rte(RTE_HEADER + "0\ta\tb\tentailment\textra\n"), DataError,
-                            ["train.tsv, line 2", "too many fields"]),
-    "tsv-blank-line": (load_rte(RTE_HEADER + "0\ta\tb\tentailment\n\n1\tc\td\tentailment\n"), DataError,
-                       ["train.tsv, line 3", "blank line"]),
-    "tsv-duplicate-header": (load_rte("index\tsentence1\tsentence1\tlabel\n0\ta\tb\tentailment\n"), DataError,
-                             ["train.tsv, line 1", "duplicate column name 'sentence1'"]),
-    "csv-unterminated-quote": (load_user("train.csv", 'text,label\nfine,a\n"open quote,b\n', text_columns="text"),
-                               DataError, ["train.csv, line", "too few fields"]),
-    "csv-not-utf8": (load_user("train.csv", b"text,label\n\xff\xfe\xfa,a\n", text_columns="text"), DataError,
-                     ["train.csv, line", "UTF-8"]),
-    "jsonl-broken-line": (load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": \n', text_columns="text"),
-                          DataError, ["train.jsonl, line 2", "invalid JSON"]),
-    "tsv-missing-column": (load_rte("index\tsentence1\tsentence2\tgold\n0\ta\tb\tentailment\n"), DataError,
-                           ["train.tsv", "missing column 'label'", "gold"]),
-    "jsonl-missing-key": (load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": "y"}\n', text_columns="text"),
-                          DataError, ["train.jsonl, line 2", "missing key 'label'"]),
+    "tsv-too-few-fields": (
+        load_rte(RTE_HEADER + "0\ta\tb\tentailment\n1\tonly one\tentailment\n"),
+        DataError,
+        ["train.tsv, line 3", "too few fields"],
+    ),
+    "tsv-too-many-fields": (
+        load_rte(RTE_HEADER + "0\ta\tb\tentailment\textra\n"),
+        DataError,
+        ["train.tsv, line 2", "too many fields"],
+    ),
+    "tsv-blank-line": (
+        load_rte(RTE_HEADER + "0\ta\tb\tentailment\n\n1\tc\td\tentailment\n"),
+        DataError,
+        ["train.tsv, line 3", "blank line"],
+    ),
+    "tsv-duplicate-header": (
+        load_rte("index\tsentence1\tsentence1\tlabel\n0\ta\tb\tentailment\n"),
+        DataError,
+        ["train.tsv, line 1", "duplicate column name 'sentence1'"],
+    ),
+    "csv-unterminated-quote": (
+        load_user("train.csv", 'text,label\nfine,a\n"open quote,b\n', text_columns="text"),
+        DataError,
+        ["train.csv, line", "too few fields"],
+    ),
+    "csv-not-utf8": (
+        load_user("train.csv", b"text,label\n\xff\xfe\xfa,a\n", text_columns="text"),
+        DataError,
+        ["train.csv, line", "UTF-8"],
+    ),
+    "jsonl-broken-line": (
+        load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": \n', text_columns="text"),
+        DataError,
+        ["train.jsonl, line 2", "invalid JSON"],
+    ),
+    "tsv-missing-column": (
+        load_rte("index\tsentence1\tsentence2\tgold\n0\ta\tb\tentailment\n"),
+        DataError,
+        ["train.tsv", "missing column 'label'", "gold"],
+    ),
+    "jsonl-missing-key": (
+        load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": "y"}\n', text_columns="text"),
+        DataError,
+        ["train.jsonl, line 2", "missing key 'label'"],
+    ),
     # labels
-    "label-outside-label-set": (load_rte(RTE_HEADER + "0\ta\tb\tmaybe\n"), DataError,
-                                ["train.tsv, line 2", "'maybe'", "column 'label'", "entailment"]),
-    "user-label-outside-set": (load_user("train.csv", "text,label\nx,a\ny,c\n", text_columns="text"), DataError,
-                               ["train.csv, line 3", "'c'"]),
+    "label-outside-label-set": (
+        load_rte(RTE_HEADER + "0\ta\tb\tmaybe\n"),
+        DataError,
+        ["train.tsv, line 2", "'maybe'", "column 'label'", "entailment"],
+    ),
+    "user-label-outside-set": (
+        load_user("train.csv", "text,label\nx,a\ny,c\n", text_columns="text"),
+        DataError,
+        ["train.csv, line 3", "'c'"],
+    ),
     "regression-nan": (load_stsb("nan"), DataError, ["train.tsv, line 3", "column 'score'", "not finite"]),
     "regression-out-of-range": (load_stsb("7.5"), DataError, ["train.tsv, line 3", "outside", "[0.0, 5.0]"]),
     "regression-not-a-number": (load_stsb("high"), DataError, ["train.tsv, line 3", "'high'", "not a number"]),
     # empty or missing files
     "empty-file": (load_rte(""), DataError, ["RTE/train.tsv", "file is empty"]),
     "header-only": (load_rte(RTE_HEADER), DataError, ["RTE/train.tsv", "no data rows"]),
-    "missing-file": (lambda tmp: load_split("rte", "train", glue_dir=tmp, source="local"), DataError,
-                     ["RTE/train.tsv", "missing file", "glue_dir"]),
+    "missing-file": (
+        lambda tmp: load_split("rte", "train", glue_dir=tmp, source="local"),
+        DataError,
+        ["RTE/train.tsv", "missing file", "glue_dir"],
+    ),
     "task-file-unknown-key": (user_task_file, ConfigError, ["tasks.yaml", "task #1", "'labelz'"]),
     # unknown names
     "unknown-task": (lambda tmp: get_task("rtee"), UnknownNameError, ["task 'rtee'", "choose one of", "rte"]),
     "unknown-method": (lambda tmp: get_method("palz"), UnknownNameError, ["method 'palz'", "houlsby"]),
-    "unknown-preset": (lambda tmp: get_method("pals_xl[hidden_size_aug=12]"), UnknownNameError,
-                       ["method 'pals_xl'", "pals_no_share", "low_rank"]),
-    "unknown-sampler": (lambda tmp: make_sampler("anealed", {"rte": 5, "stsb": 5}, total_steps=10), UnknownNameError,
-                        ["sampling strategy 'anealed'", "annealed"]),
-    "unknown-base-mode": (lambda tmp: check_base_mode(get_method("pals"), "half"), UnknownNameError,
-                          ["base mode 'half'", "frozen", "finetune"]),
-    "temperature-without-alpha": (lambda tmp: make_sampler("temperature", {"rte": 5}, total_steps=10), ConfigError,
-                                  ["alpha"]),
+    "unknown-preset": (
+        lambda tmp: get_method("pals_xl[hidden_size_aug=12]"),
+        UnknownNameError,
+        ["method 'pals_xl'", "pals_no_share", "low_rank"],
+    ),
+    "unknown-sampler": (
+        lambda tmp: make_sampler("anealed", {"rte": 5, "stsb": 5}, total_steps=10),
+        UnknownNameError,
+        ["sampling strategy 'anealed'", "annealed"],
+    ),
+    "unknown-base-mode": (
+        lambda tmp: check_base_mode(get_method("pals"), "half"),
+        UnknownNameError,
+        ["base mode 'half'", "frozen", "finetune"],
+    ),
+    "temperature-without-alpha": (
+        lambda tmp: make_sampler("temperature", {"rte": 5}, total_steps=10),
+        ConfigError,
+        ["alpha"],
+    ),
     "unknown-task-in-model": (forward_unknown_task, ConfigError, ["task 'cola'", "['rte']"]),
     # PAL settings
     "d_s-zero": (lambda tmp: PALsConfig(hidden_size_aug=0), ConfigError, ["PALsConfig.hidden_size_aug=0", "positive"]),
     "d_s-negative": (lambda tmp: PALsConfig(hidden_size_aug=-12), ConfigError, ["hidden_size_aug=-12"]),
-    "heads-do-not-divide-d_s": (lambda tmp: PALsConfig(hidden_size_aug=10, num_attention_heads=4), ConfigError,
-                                ["hidden_size_aug=10", "num_attention_heads=4"]),
+    "heads-do-not-divide-d_s": (
+        lambda tmp: PALsConfig(hidden_size_aug=10, num_attention_heads=4),
+        ConfigError,
+        ["hidden_size_aug=10", "num_attention_heads=4"],
+    ),
     "zero-heads": (lambda tmp: PALsConfig(num_attention_heads=0), ConfigError, ["num_attention_heads=0"]),
     "layer-span-unknown": (lambda tmp: PALsConfig(layers="middle"), ConfigError, ["PALsConfig.layers='middle'", "top"]),
-    "layer-out-of-range": (add_pal(PALsConfig(leave_out=[1, 7])), ConfigError,
-                           ["PALsConfig.leave_out", "[7] do not exist", "0..3"]),
-    "method-override-invalid": (lambda tmp: MultiTaskModel(BertModel(tiny_bert_config()), {"rte": GLUE_TASKS["rte"]},
-                                                           get_method("pals[hidden_size_aug=-4]"), "frozen"),
-                                ConfigError, ["hidden_size_aug=-4"]),
+    "layer-out-of-range": (
+        add_pal(PALsConfig(leave_out=[1, 7])),
+        ConfigError,
+        ["PALsConfig.leave_out", "[7] do not exist", "0..3"],
+    ),
+    "method-override-invalid": (
+        lambda tmp: MultiTaskModel(
+            BertModel(tiny_bert_config()), {"rte": GLUE_TASKS["rte"]}, get_method("pals[hidden_size_aug=-4]"), "frozen"
+        ),
+        ConfigError,
+        ["hidden_size_aug=-4"],
+    ),
     # models and weights
     "unsupported-architecture": (add_pal("pals", gpt2), UnsupportedModelError, ["model_type 'gpt2'", "bert"]),
-    "wrong-base-fingerprint": (export_then_load_on_another_base, AdapterLoadError,
-                               ["export/rte", "fingerprint", "tiny-bert"]),
-    "resume-without-checkpoint": (lambda tmp: checkpoints.last_complete_checkpoint(str(tmp)), ConfigError,
-                                  ["resume='last'", "checkpoint"]),
+    "wrong-base-fingerprint": (
+        export_then_load_on_another_base,
+        AdapterLoadError,
+        ["export/rte", "fingerprint", "tiny-bert"],
+    ),
+    "resume-without-checkpoint": (
+        lambda tmp: checkpoints.last_complete_checkpoint(str(tmp)),
+        ConfigError,
+        ["resume='last'", "checkpoint"],
+    ),
     # contradictory or invalid CLI options (exit code 2, message on stderr)
-    "cli-full-with-frozen-base": (cli("--method", "full", "--base", "frozen"), SystemExit,
-                                  ["method 'full'", "--base frozen", "--base finetune"]),
+    "cli-full-with-frozen-base": (
+        cli("--method", "full", "--base", "frozen"),
+        SystemExit,
+        ["method 'full'", "--base frozen", "--base finetune"],
+    ),
     "cli-select-best-without-eval-steps": (cli("--select-best"), SystemExit, ["select_best needs eval_steps"]),
     "cli-zero-steps": (cli("--max-steps", "0"), SystemExit, ["max_steps=0"]),
     "cli-unknown-precision": (cli("--precision", "fp8"), SystemExit, ["precision='fp8'", "bf16"]),
@@ -447,18 +548,28 @@ BAD_INPUT = {
     "cli-config-file-unknown-key": (cli_config_file, SystemExit, ["run.yaml", "metod"]),
     # issue 9.1: evaluate / predict use what was trained
     "evaluate-task-file-with-reordered-labels": (
-        cases.evaluate_with_reordered_labels, SystemExit,
-        ["task 'mine' differs", "labels: trained ('neg', 'pos'), task file ('pos', 'neg')", "leave out --task-file"]),
+        cases.evaluate_with_reordered_labels,
+        SystemExit,
+        ["task 'mine' differs", "labels: trained ('neg', 'pos'), task file ('pos', 'neg')", "leave out --task-file"],
+    ),
     "evaluate-base-with-another-tokenizer": (
-        cases.evaluate_on_a_base_with_another_tokenizer, SystemExit,
-        ["tokenizer of", "other-base", "tokenizer_config.json", "use the base the task was trained on"]),
+        cases.evaluate_on_a_base_with_another_tokenizer,
+        SystemExit,
+        ["tokenizer of", "other-base", "tokenizer_config.json", "use the base the task was trained on"],
+    ),
     # issue 9.2: one run per output folder
-    "second-run-into-a-busy-folder": (cases.second_run_into_a_busy_folder, ConfigError,
-                                      ["in use by another run", ".pals-bench.lock", "choose another output_dir"]),
+    "second-run-into-a-busy-folder": (
+        cases.second_run_into_a_busy_folder,
+        ConfigError,
+        ["in use by another run", ".pals-bench.lock", "choose another output_dir"],
+    ),
     # issue 9.3: resume only what it was
     **{
-        f"resume-with-other-{name}": (cases.resumed_with(**change), ConfigError,
-                                      ["resume:", "other settings", fragment, "start a new run"])
+        f"resume-with-other-{name}": (
+            cases.resumed_with(**change),
+            ConfigError,
+            ["resume:", "other settings", fragment, "start a new run"],
+        )
         for name, change, fragment in [
             ("tasks", {"tasks": ["a"]}, "tasks: run ['a', 'a_b'], now ['a']"),
             ("seed", {"seed": 7}, "seed: run 42, now 7"),
@@ -472,59 +583,119 @@ BAD_INPUT = {
         ]
     },
     "resume-with-reordered-task-labels": (
-        cases.resumed_with(edit=lambda tmp: cases.user_tasks(tmp, labels="[pos, neg]")), ConfigError,
-        ["task 'a' labels: run ['neg', 'pos'], now ['pos', 'neg']"]),
-    "fresh-run-over-checkpoints": (cases.fresh_run_over_checkpoints, ConfigError,
-                                   ["already holds checkpoints", "checkpoint-4", "resume='last'", "new output_dir"]),
+        cases.resumed_with(edit=lambda tmp: cases.user_tasks(tmp, labels="[pos, neg]")),
+        ConfigError,
+        ["task 'a' labels: run ['neg', 'pos'], now ['pos', 'neg']"],
+    ),
+    "fresh-run-over-checkpoints": (
+        cases.fresh_run_over_checkpoints,
+        ConfigError,
+        ["already holds checkpoints", "checkpoint-4", "resume='last'", "new output_dir"],
+    ),
     # issue 9.4: names and settings checked before training
     "tasks-listed-twice-in-two-spellings": (cli("--tasks", "rte", "RTE"), SystemExit, ["'rte' is listed twice"]),
     **{
         f"task-name-{label}": (cases.task_named(name), SystemExit, [f"task name {name!r}", "letters, digits"])
-        for label, name in [("base", "base"), ("slash", "a/b"), ("dotted", "a.b"), ("300-characters", "x" * 300),
-                            ("leading-dot", ".hidden")]
+        for label, name in [
+            ("base", "base"),
+            ("slash", "a/b"),
+            ("dotted", "a.b"),
+            ("300-characters", "x" * 300),
+            ("leading-dot", ".hidden"),
+        ]
     },
     "negative-adapter-lr": (cli("--adapter-lr=-1e-3"), SystemExit, ["adapter_lr=-0.001", "must be > 0"]),
     "max-eval-examples-minus-one": (cli("--max-eval-examples", "-1"), SystemExit, ["max_eval_examples=-1", "> 0"]),
     "eval-steps-zero": (cli("--eval-steps", "0"), SystemExit, ["eval_steps=0", "> 0"]),
     "warmup-ratio-above-one": (cli("--warmup-ratio", "1.5"), SystemExit, ["warmup_ratio=1.5", "< 1"]),
-    "max-length-beyond-positions": (cases.cli_train("--max-length", "4096", "--tasks", "rte", model=True),
-                                    SystemExit, ["max_length=4096", "has 128 positions", "max_length <= 128"]),
-    "model-that-does-not-exist": (cli("--model", "/no/such/model", "--tasks", "rte"), SystemExit,
-                                  ["model '/no/such/model'", "cannot read its config"]),
-    "config-file-yaml-syntax-error": (cases.config_file("method: pals\ntasks: [rte, \n  sst2: x\n"), SystemExit,
-                                      ["run.yaml, line", "not valid YAML"]),
-    "config-file-select-best-as-string": (cases.config_file("select_best: 'false'\n"), SystemExit,
-                                          ["select_best='false' (str)", "true or false"]),
-    "config-file-tasks-as-string": (cases.config_file("tasks: rte\n"), SystemExit,
-                                    ["tasks='rte' (str)", "a list of str values"]),
+    "max-length-beyond-positions": (
+        cases.cli_train("--max-length", "4096", "--tasks", "rte", model=True),
+        SystemExit,
+        ["max_length=4096", "has 128 positions", "max_length <= 128"],
+    ),
+    "model-that-does-not-exist": (
+        cli("--model", "/no/such/model", "--tasks", "rte"),
+        SystemExit,
+        ["model '/no/such/model'", "cannot read its config"],
+    ),
+    "config-file-yaml-syntax-error": (
+        cases.config_file("method: pals\ntasks: [rte, \n  sst2: x\n"),
+        SystemExit,
+        ["run.yaml, line", "not valid YAML"],
+    ),
+    "config-file-select-best-as-string": (
+        cases.config_file("select_best: 'false'\n"),
+        SystemExit,
+        ["select_best='false' (str)", "true or false"],
+    ),
+    "config-file-tasks-as-string": (
+        cases.config_file("tasks: rte\n"),
+        SystemExit,
+        ["tasks='rte' (str)", "a list of str values"],
+    ),
     "config-file-steps-as-float": (cases.config_file("max_steps: 10.5\n"), SystemExit, ["max_steps=10.5", "whole"]),
     # issue 9.5: the base is part of the fingerprint
-    "base-manifest-deleted": (cases.base_damaged("manifest deleted"), IntegrityError,
-                              ["base/manifest.json is missing"]),
-    "base-manifest-corrupted": (cases.base_damaged("manifest corrupted"), IntegrityError,
-                                ["base/manifest.json cannot be read as JSON"]),
-    "base-config-changed": (cases.base_damaged("config changed"), IntegrityError,
-                            ["config.json is corrupted", "manifest.json expects"]),
-    "base-config-changed-manifest-updated": (cases.base_damaged("config changed, manifest updated"), AdapterLoadError,
-                                             ["another model config", "hidden_act: trained with 'gelu'", "'relu'"]),
-    "frozen-base-config-changed": (cases.frozen_base_with_changed_config, AdapterLoadError,
-                                   ["pretrained", "hidden_act: trained with 'gelu', this base has 'relu'"]),
+    "base-manifest-deleted": (
+        cases.base_damaged("manifest deleted"),
+        IntegrityError,
+        ["base/manifest.json is missing"],
+    ),
+    "base-manifest-corrupted": (
+        cases.base_damaged("manifest corrupted"),
+        IntegrityError,
+        ["base/manifest.json cannot be read as JSON"],
+    ),
+    "base-config-changed": (
+        cases.base_damaged("config changed"),
+        IntegrityError,
+        ["config.json is corrupted", "manifest.json expects"],
+    ),
+    "base-config-changed-manifest-updated": (
+        cases.base_damaged("config changed, manifest updated"),
+        AdapterLoadError,
+        ["another model config", "hidden_act: trained with 'gelu'", "'relu'"],
+    ),
+    "frozen-base-config-changed": (
+        cases.frozen_base_with_changed_config,
+        AdapterLoadError,
+        ["pretrained", "hidden_act: trained with 'gelu', this base has 'relu'"],
+    ),
     # issue 9.8: data that means what it says
-    "jsonl-nan-text": (load_user("train.jsonl", '{"text": NaN, "label": "a"}\n', text_columns="text"), DataError,
-                       ["train.jsonl, line 1", "column 'text' is NaN"]),
-    "jsonl-nan-label": (load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": "y", "label": NaN}\n',
-                                  text_columns="text"), DataError, ["train.jsonl, line 2", "label nan names no class"]),
-    "jsonl-list-as-text": (load_user("train.jsonl", '{"text": ["x", "y"], "label": "a"}\n', text_columns="text"),
-                           DataError, ["train.jsonl, line 1", "column 'text' must be a string, found list"]),
-    "csv-nan-label": (load_user("train.csv", "text,label\nx,a\ny,NaN\n", text_columns="text"), DataError,
-                      ["train.csv, line 3", "label 'NaN' names no class"]),
-    "label-column-is-a-text-column": (load_user("train.csv", "text,label\nx,a\n", text_columns=["text", "label"]),
-                                      ConfigError, ["label_column 'label' is also a text column"]),
+    "jsonl-nan-text": (
+        load_user("train.jsonl", '{"text": NaN, "label": "a"}\n', text_columns="text"),
+        DataError,
+        ["train.jsonl, line 1", "column 'text' is NaN"],
+    ),
+    "jsonl-nan-label": (
+        load_user("train.jsonl", '{"text": "x", "label": "a"}\n{"text": "y", "label": NaN}\n', text_columns="text"),
+        DataError,
+        ["train.jsonl, line 2", "label nan names no class"],
+    ),
+    "jsonl-list-as-text": (
+        load_user("train.jsonl", '{"text": ["x", "y"], "label": "a"}\n', text_columns="text"),
+        DataError,
+        ["train.jsonl, line 1", "column 'text' must be a string, found list"],
+    ),
+    "csv-nan-label": (
+        load_user("train.csv", "text,label\nx,a\ny,NaN\n", text_columns="text"),
+        DataError,
+        ["train.csv, line 3", "label 'NaN' names no class"],
+    ),
+    "label-column-is-a-text-column": (
+        load_user("train.csv", "text,label\nx,a\n", text_columns=["text", "label"]),
+        ConfigError,
+        ["label_column 'label' is also a text column"],
+    ),
     "csv-field-over-131072-characters": (
-        load_user("train.csv", "text,label\nx,a\n" + "y" * 140_000 + ",b\n", text_columns="text"), DataError,
-        ["train.csv, line 3", "longer than 131,072 characters", "unbalanced quote"]),
-    "task-labels-1-and-1.0": (lambda tmp: custom_task("mine", train="t.csv", labels=[1, 1.0]), ConfigError,
-                              ["task 'mine'", "labels [1, 1.0] names the label '1' twice", "list each class once"]),
+        load_user("train.csv", "text,label\nx,a\n" + "y" * 140_000 + ",b\n", text_columns="text"),
+        DataError,
+        ["train.csv, line 3", "longer than 131,072 characters", "unbalanced quote"],
+    ),
+    "task-labels-1-and-1.0": (
+        lambda tmp: custom_task("mine", train="t.csv", labels=[1, 1.0]),
+        ConfigError,
+        ["task 'mine'", "labels [1, 1.0] names the label '1' twice", "list each class once"],
+    ),
 }
 
 
@@ -589,20 +760,30 @@ def allowed_resume_change(tmp):
 
 RIGHT_RESULT = {
     # what users write is what they mean: (action, expected result)
-    "glue-names-as-users-write-them": (lambda tmp: list(harness.resolve_task_names(["SST-2", "sts-b", "MNLI", "qnli"])),
-                                       ["sst2", "stsb", "mnli", "qnli"]),
-    "csv-labels-1-and-1.0-are-one-class": (user_labels("t.csv", "text,label\nx,1\ny,1.0\nz,0\nw, 01\n"),
-                                           (("0", "1"), [1, 1, 0, 1])),
+    "glue-names-as-users-write-them": (
+        lambda tmp: list(harness.resolve_task_names(["SST-2", "sts-b", "MNLI", "qnli"])),
+        ["sst2", "stsb", "mnli", "qnli"],
+    ),
+    "csv-labels-1-and-1.0-are-one-class": (
+        user_labels("t.csv", "text,label\nx,1\ny,1.0\nz,0\nw, 01\n"),
+        (("0", "1"), [1, 1, 0, 1]),
+    ),
     "jsonl-labels-1-and-1.0-are-one-class": (
-        user_labels("t.jsonl", '{"text": "x", "label": 1}\n{"text": "y", "label": "1.0"}\n'
-                               '{"text": "z", "label": 0.0}\n'),
-        (("0", "1"), [1, 1, 0])),
-    "numeric-labels-in-numeric-order": (user_labels("t.csv", "text,label\nx,10\ny,2\nz,2.5\n"),
-                                        (("2", "2.5", "10"), [2, 0, 1])),
+        user_labels(
+            "t.jsonl", '{"text": "x", "label": 1}\n{"text": "y", "label": "1.0"}\n{"text": "z", "label": 0.0}\n'
+        ),
+        (("0", "1"), [1, 1, 0]),
+    ),
+    "numeric-labels-in-numeric-order": (
+        user_labels("t.csv", "text,label\nx,10\ny,2\nz,2.5\n"),
+        (("2", "2.5", "10"), [2, 0, 1]),
+    ),
     "metrics-of-a-are-not-those-of-a_b": (
-        lambda tmp: task_metrics({"a_accuracy": 0.5, "a_b_accuracy": 0.9, "a_score": 0.5, "a_b_score": 0.9},
-                                 "a", ["a", "a_b"]),
-        {"accuracy": 0.5, "score": 0.5}),
+        lambda tmp: task_metrics(
+            {"a_accuracy": 0.5, "a_b_accuracy": 0.9, "a_score": 0.5, "a_b_score": 0.9}, "a", ["a", "a_b"]
+        ),
+        {"accuracy": 0.5, "score": 0.5},
+    ),
     "resume-may-change-logging": (allowed_resume_change, "checkpoint-4"),
 }
 

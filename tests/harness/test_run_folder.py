@@ -17,8 +17,12 @@ from pals_adapters.errors import ConfigError
 from pals_adapters.harness.cli import main
 from pals_adapters.harness.run_folder import LOCK_FILE, prepare_run_folder, run_lock
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-       "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+}
 
 
 def wait_for(path, process, timeout=300):
@@ -32,13 +36,41 @@ def wait_for(path, process, timeout=300):
 def test_two_train_commands_into_one_folder_one_is_refused_at_once(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "run"
     argv = [
-        "train", "--model", str(tiny_model_dir), "--task-file", str(user_tasks(tmp_path)), "--method", "pals",
-        "--base", "frozen", "--sampler", "round_robin", "--max-steps", "40", "--save-steps", "20", "--batch-size", "4",
-        "--max-length", "32", "--logging-steps", "20", "--eval-batch-size", "8", "--output-dir", str(out),
+        "train",
+        "--model",
+        str(tiny_model_dir),
+        "--task-file",
+        str(user_tasks(tmp_path)),
+        "--method",
+        "pals",
+        "--base",
+        "frozen",
+        "--sampler",
+        "round_robin",
+        "--max-steps",
+        "40",
+        "--save-steps",
+        "20",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "32",
+        "--logging-steps",
+        "20",
+        "--eval-batch-size",
+        "8",
+        "--output-dir",
+        str(out),
         "--no-export",
     ]
-    first = subprocess.Popen([sys.executable, "-m", "pals_adapters.harness.cli", *argv], cwd=REPO, env=ENV,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "pals_adapters.harness.cli", *argv],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(out / "run_config.json", first)  # written while the first run holds the folder
         record = (out / "run_config.json").read_bytes()
@@ -62,9 +94,14 @@ def test_two_train_commands_into_one_folder_one_is_refused_at_once(tmp_path, tin
 
 def test_the_lock_goes_with_a_killed_run(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from filelock import FileLock; lock = FileLock({str(tmp_path / LOCK_FILE)!r}); "
-         "lock.acquire(); print('held', flush=True); import time; time.sleep(600)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"from filelock import FileLock; lock = FileLock({str(tmp_path / LOCK_FILE)!r}); "
+            "lock.acquire(); print('held', flush=True); import time; time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"

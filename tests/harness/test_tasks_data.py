@@ -11,8 +11,8 @@ import datasets
 import pytest
 import yaml
 
-from pals_adapters.harness.data import load_split, load_task
 from pals_adapters.errors import ConfigError, DataError, PalsError, UnknownNameError
+from pals_adapters.harness.data import load_split, load_task
 from pals_adapters.harness.tasks import GLUE_TASKS, TaskSpec, custom_task, get_task, load_task_specs
 
 
@@ -25,7 +25,7 @@ GLUE_DIR = _find_glue()
 needs_glue = pytest.mark.skipif(GLUE_DIR is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def real(task: str, split: str) -> datasets.Dataset:
     """Each real split is loaded once per session."""
     return load_split(task, split, glue_dir=GLUE_DIR, source="local")
@@ -41,11 +41,24 @@ def write(path: Path, text: str | bytes) -> Path:
 # --------------------------------------------------------------------------- registry
 
 
-@pytest.mark.parametrize("alias, name", [
-    ("cola", "cola"), ("CoLA", "cola"), ("SST-2", "sst2"), ("sst-2", "sst2"), ("sst2", "sst2"),
-    ("MRPC", "mrpc"), ("sts-b", "stsb"), ("STS-B", "stsb"), ("QQP", "qqp"), ("mnli", "mnli"),
-    ("QNLI", "qnli"), ("rte", "rte"), ("WNLI", "wnli"),
-])
+@pytest.mark.parametrize(
+    "alias, name",
+    [
+        ("cola", "cola"),
+        ("CoLA", "cola"),
+        ("SST-2", "sst2"),
+        ("sst-2", "sst2"),
+        ("sst2", "sst2"),
+        ("MRPC", "mrpc"),
+        ("sts-b", "stsb"),
+        ("STS-B", "stsb"),
+        ("QQP", "qqp"),
+        ("mnli", "mnli"),
+        ("QNLI", "qnli"),
+        ("rte", "rte"),
+        ("WNLI", "wnli"),
+    ],
+)
 def test_get_task_aliases(alias, name):
     assert get_task(alias) is GLUE_TASKS[name]
 
@@ -57,17 +70,20 @@ def test_get_task_unknown_lists_names():
     assert isinstance(info.value, ValueError) and isinstance(info.value, PalsError)
 
 
-@pytest.mark.parametrize("name, metrics, labels, num_labels", [
-    ("cola", ("matthews",), ("0", "1"), 2),
-    ("sst2", ("accuracy",), ("0", "1"), 2),
-    ("mrpc", ("accuracy", "f1"), ("0", "1"), 2),
-    ("stsb", ("pearson", "spearman"), (), 1),
-    ("qqp", ("accuracy", "f1"), ("0", "1"), 2),
-    ("mnli", ("accuracy",), ("contradiction", "entailment", "neutral"), 3),
-    ("qnli", ("accuracy",), ("entailment", "not_entailment"), 2),
-    ("rte", ("accuracy",), ("entailment", "not_entailment"), 2),
-    ("wnli", ("accuracy",), ("0", "1"), 2),
-])
+@pytest.mark.parametrize(
+    "name, metrics, labels, num_labels",
+    [
+        ("cola", ("matthews",), ("0", "1"), 2),
+        ("sst2", ("accuracy",), ("0", "1"), 2),
+        ("mrpc", ("accuracy", "f1"), ("0", "1"), 2),
+        ("stsb", ("pearson", "spearman"), (), 1),
+        ("qqp", ("accuracy", "f1"), ("0", "1"), 2),
+        ("mnli", ("accuracy",), ("contradiction", "entailment", "neutral"), 3),
+        ("qnli", ("accuracy",), ("entailment", "not_entailment"), 2),
+        ("rte", ("accuracy",), ("entailment", "not_entailment"), 2),
+        ("wnli", ("accuracy",), ("0", "1"), 2),
+    ],
+)
 def test_glue_registry(name, metrics, labels, num_labels):
     spec = GLUE_TASKS[name]
     assert (spec.metrics, spec.labels, spec.num_labels) == (metrics, labels, num_labels)
@@ -77,30 +93,44 @@ def test_glue_registry(name, metrics, labels, num_labels):
 
 def test_mnli_splits():
     assert GLUE_TASKS["mnli"].splits == {
-        "train": "train.tsv", "validation_matched": "dev_matched.tsv", "validation_mismatched": "dev_mismatched.tsv",
-        "test_matched": "test_matched.tsv", "test_mismatched": "test_mismatched.tsv"}
+        "train": "train.tsv",
+        "validation_matched": "dev_matched.tsv",
+        "validation_mismatched": "dev_mismatched.tsv",
+        "test_matched": "test_matched.tsv",
+        "test_mismatched": "test_mismatched.tsv",
+    }
 
 
-BASE = dict(name="t", text_columns=("a",), label_column="y", is_regression=False, labels=("0", "1"),
-            metrics=("accuracy",), splits={"train": "train.tsv"})
+BASE = dict(
+    name="t",
+    text_columns=("a",),
+    label_column="y",
+    is_regression=False,
+    labels=("0", "1"),
+    metrics=("accuracy",),
+    splits={"train": "train.tsv"},
+)
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"name": ""}, "name"),
-    ({"text_columns": ()}, "text_columns"),
-    ({"text_columns": ("a", "b", "c")}, "text_columns"),
-    ({"labels": ("0",)}, "labels"),
-    ({"is_regression": True}, "labels"),
-    ({"metrics": ("bleu",)}, "metrics"),
-    ({"metrics": ()}, "metrics"),
-    ({"labels": ("a", "b", "c"), "metrics": ("f1",)}, "metrics"),
-    ({"splits": {}}, "splits"),
-    ({"file_format": "xml"}, "file_format"),
-    ({"has_header": False}, "column_positions"),
-    ({"has_header": {"dev": False}}, "has_header"),
-    ({"hub": ("only-id",)}, "hub"),
-    ({"label_range": (0, 5)}, "label_range"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"name": ""}, "name"),
+        ({"text_columns": ()}, "text_columns"),
+        ({"text_columns": ("a", "b", "c")}, "text_columns"),
+        ({"labels": ("0",)}, "labels"),
+        ({"is_regression": True}, "labels"),
+        ({"metrics": ("bleu",)}, "metrics"),
+        ({"metrics": ()}, "metrics"),
+        ({"labels": ("a", "b", "c"), "metrics": ("f1",)}, "metrics"),
+        ({"splits": {}}, "splits"),
+        ({"file_format": "xml"}, "file_format"),
+        ({"has_header": False}, "column_positions"),
+        ({"has_header": {"dev": False}}, "has_header"),
+        ({"hub": ("only-id",)}, "hub"),
+        ({"label_range": (0, 5)}, "label_range"),
+    ],
+)
 def test_taskspec_validation_names_field(change, field):
     with pytest.raises(ConfigError, match=field):
         TaskSpec(**{**BASE, **change})
@@ -115,8 +145,12 @@ def test_taskspec_normalises_and_hashes():
 # --------------------------------------------------------------------------- real GLUE files
 
 README_ROWS = {
-    "cola": (8551, 1043, 1063), "sst2": (67349, 872, 1821), "mrpc": (3668, 408, 1725),
-    "stsb": (5749, 1500, 1379), "rte": (2490, 277, 3000), "wnli": (635, 71, 146),
+    "cola": (8551, 1043, 1063),
+    "sst2": (67349, 872, 1821),
+    "mrpc": (3668, 408, 1725),
+    "stsb": (5749, 1500, 1379),
+    "rte": (2490, 277, 3000),
+    "wnli": (635, 71, 146),
 }
 ROW_CASES = [(t, s, n) for t, ns in README_ROWS.items() for s, n in zip(("train", "validation", "test"), ns)]
 
@@ -141,15 +175,18 @@ def test_real_row_counts_and_schema(task, split, rows):
 
 
 @needs_glue
-@pytest.mark.parametrize("task, split, folder, file, text_cols", [
-    ("mrpc", "train", "MRPC", "train.tsv", (3, 4)),
-    ("mrpc", "validation", "MRPC", "dev.tsv", (3, 4)),
-    ("mrpc", "test", "MRPC", "test.tsv", (3, 4)),
-    ("cola", "train", "CoLA", "train.tsv", (3,)),
-    ("cola", "validation", "CoLA", "dev.tsv", (3,)),
-    ("sst2", "validation", "SST-2", "dev.tsv", (0,)),
-    ("stsb", "validation", "STS-B", "dev.tsv", (7, 8)),
-])
+@pytest.mark.parametrize(
+    "task, split, folder, file, text_cols",
+    [
+        ("mrpc", "train", "MRPC", "train.tsv", (3, 4)),
+        ("mrpc", "validation", "MRPC", "dev.tsv", (3, 4)),
+        ("mrpc", "test", "MRPC", "test.tsv", (3, 4)),
+        ("cola", "train", "CoLA", "train.tsv", (3,)),
+        ("cola", "validation", "CoLA", "dev.tsv", (3,)),
+        ("sst2", "validation", "SST-2", "dev.tsv", (0,)),
+        ("stsb", "validation", "STS-B", "dev.tsv", (7, 8)),
+    ],
+)
 def test_real_text_verbatim(task, split, folder, file, text_cols):
     """Texts equal the raw tab-separated fields, quotes and trailing spaces included."""
     lines = (GLUE_DIR / folder / file).read_text(encoding="utf-8-sig").splitlines()
@@ -175,7 +212,11 @@ def test_real_label_mapping():
     assert real("rte", "train")[0]["label"] == GLUE_TASKS["rte"].labels.index("not_entailment")
     assert real("stsb", "train")[1]["label"] == pytest.approx(3.8)
     assert real("cola", "validation")[0] == {
-        "text_a": "The sailors rode the breeze clear of the rocks.", "text_b": "", "label": 1, "idx": 0}
+        "text_a": "The sailors rode the breeze clear of the rocks.",
+        "text_b": "",
+        "label": 1,
+        "idx": 0,
+    }
 
 
 @needs_glue
@@ -207,14 +248,14 @@ def test_quotes_never_swallow_rows(tmp_path):
 
 
 def test_bom_header_is_clean(tmp_path):
-    body = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tA \"b\tc\n"
+    body = '\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tA "b\tc\n'
     write(tmp_path / "MRPC" / "dev.tsv", body)
     ds = load_split("mrpc", "validation", glue_dir=tmp_path, source="local")
     assert ds[0] == {"text_a": 'A "b', "text_b": "c", "label": 1, "idx": 0}
 
 
 def test_headerless_cola(tmp_path):
-    write(tmp_path / "CoLA" / "dev.tsv", "gj04\t1\t\tGood one.\ngj04\t0\t*\tBad \"one.")
+    write(tmp_path / "CoLA" / "dev.tsv", 'gj04\t1\t\tGood one.\ngj04\t0\t*\tBad "one.')
     ds = load_split("cola", "validation", glue_dir=tmp_path, source="local")
     assert ds["text_a"] == ["Good one.", 'Bad "one.'] and ds["label"] == [1, 0]
 
@@ -222,23 +263,63 @@ def test_headerless_cola(tmp_path):
 MNLI_HEAD = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label"
 
 
-@pytest.mark.parametrize("task, folder, files, split, expected", [
-    ("mnli", "MNLI", {"train.tsv": f"{MNLI_HEAD}\n0\t1\t1e\tgov\tP\tH\tneutral\tneutral\n"},
-     "train", {"text_a": ["P"], "text_b": ["H"], "label": [2], "idx": [0]}),
-    ("mnli", "MNLI", {"dev_matched.tsv": MNLI_HEAD.replace("label1", "label1\tlabel2")
-                      + "\n0\t1\t1e\tgov\tP\tH\tneutral\tneutral\tcontradiction\n"},
-     "validation_matched", {"text_a": ["P"], "text_b": ["H"], "label": [0], "idx": [0]}),
-    ("mnli", "MNLI", {"dev_mismatched.tsv": f"{MNLI_HEAD}\n0\t1\t1e\tgov\tP\tH\tx\tentailment"},
-     "validation_mismatched", {"text_a": ["P"], "text_b": ["H"], "label": [1], "idx": [0]}),
-    ("mnli", "MNLI", {"test_mismatched.tsv": "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\n0\t1\t2\tg\tP\tH\n"},
-     "test_mismatched", {"text_a": ["P"], "text_b": ["H"], "idx": [0]}),
-    ("qqp", "QQP", {"train.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n5\t1\t2\tWhy \"x?\tHow?\t1\n"},
-     "train", {"text_a": ['Why "x?'], "text_b": ["How?"], "label": [1], "idx": [0]}),
-    ("qqp", "QQP", {"test.tsv": "id\tquestion1\tquestion2\n0\tA?\tB?\n"},
-     "test", {"text_a": ["A?"], "text_b": ["B?"], "idx": [0]}),
-    ("qnli", "QNLI", {"dev.tsv": "index\tquestion\tsentence\tlabel\n0\tQ?\tS.\tnot_entailment\n"},
-     "validation", {"text_a": ["Q?"], "text_b": ["S."], "label": [1], "idx": [0]}),
-])
+@pytest.mark.parametrize(
+    "task, folder, files, split, expected",
+    [
+        (
+            "mnli",
+            "MNLI",
+            {"train.tsv": f"{MNLI_HEAD}\n0\t1\t1e\tgov\tP\tH\tneutral\tneutral\n"},
+            "train",
+            {"text_a": ["P"], "text_b": ["H"], "label": [2], "idx": [0]},
+        ),
+        (
+            "mnli",
+            "MNLI",
+            {
+                "dev_matched.tsv": MNLI_HEAD.replace("label1", "label1\tlabel2")
+                + "\n0\t1\t1e\tgov\tP\tH\tneutral\tneutral\tcontradiction\n"
+            },
+            "validation_matched",
+            {"text_a": ["P"], "text_b": ["H"], "label": [0], "idx": [0]},
+        ),
+        (
+            "mnli",
+            "MNLI",
+            {"dev_mismatched.tsv": f"{MNLI_HEAD}\n0\t1\t1e\tgov\tP\tH\tx\tentailment"},
+            "validation_mismatched",
+            {"text_a": ["P"], "text_b": ["H"], "label": [1], "idx": [0]},
+        ),
+        (
+            "mnli",
+            "MNLI",
+            {"test_mismatched.tsv": "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\n0\t1\t2\tg\tP\tH\n"},
+            "test_mismatched",
+            {"text_a": ["P"], "text_b": ["H"], "idx": [0]},
+        ),
+        (
+            "qqp",
+            "QQP",
+            {"train.tsv": 'id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n5\t1\t2\tWhy "x?\tHow?\t1\n'},
+            "train",
+            {"text_a": ['Why "x?'], "text_b": ["How?"], "label": [1], "idx": [0]},
+        ),
+        (
+            "qqp",
+            "QQP",
+            {"test.tsv": "id\tquestion1\tquestion2\n0\tA?\tB?\n"},
+            "test",
+            {"text_a": ["A?"], "text_b": ["B?"], "idx": [0]},
+        ),
+        (
+            "qnli",
+            "QNLI",
+            {"dev.tsv": "index\tquestion\tsentence\tlabel\n0\tQ?\tS.\tnot_entailment\n"},
+            "validation",
+            {"text_a": ["Q?"], "text_b": ["S."], "label": [1], "idx": [0]},
+        ),
+    ],
+)
 def test_absent_glue_tasks_by_layout(tmp_path, task, folder, files, split, expected):
     for name, body in files.items():
         write(tmp_path / folder / name, body)
@@ -252,18 +333,28 @@ def fake_hub(calls):
     def load_dataset(path, name, split):
         calls.append((path, name, split))
         label = -1 if split.startswith("test") else 2  # hub MNLI: 0 ent, 1 neutral, 2 contradiction
-        feats = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
-                                   "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
-                                   "idx": datasets.Value("int32")})
-        return datasets.Dataset.from_dict({"premise": ["p"], "hypothesis": ["h"], "label": [label], "idx": [7]},
-                                          features=feats)
+        feats = datasets.Features(
+            {
+                "premise": datasets.Value("string"),
+                "hypothesis": datasets.Value("string"),
+                "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+                "idx": datasets.Value("int32"),
+            }
+        )
+        return datasets.Dataset.from_dict(
+            {"premise": ["p"], "hypothesis": ["h"], "label": [label], "idx": [7]}, features=feats
+        )
+
     return load_dataset
 
 
-@pytest.mark.parametrize("split, expected", [
-    ("validation_matched", {"text_a": ["p"], "text_b": ["h"], "label": [0], "idx": [7]}),
-    ("test_matched", {"text_a": ["p"], "text_b": ["h"], "idx": [7]}),
-])
+@pytest.mark.parametrize(
+    "split, expected",
+    [
+        ("validation_matched", {"text_a": ["p"], "text_b": ["h"], "label": [0], "idx": [7]}),
+        ("test_matched", {"text_a": ["p"], "text_b": ["h"], "idx": [7]}),
+    ],
+)
 def test_hub_maps_schema_and_labels(monkeypatch, tmp_path, split, expected):
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", fake_hub(calls))
@@ -276,16 +367,20 @@ def test_hub_maps_schema_and_labels(monkeypatch, tmp_path, split, expected):
 def test_auto_hub_failure_is_data_error(monkeypatch, tmp_path):
     def broken(*args, **kwargs):
         raise ConnectionError("hub unreachable")
+
     monkeypatch.setattr(datasets, "load_dataset", broken)
     with pytest.raises(DataError, match=r"(?s)QQP.*train\.tsv.*hub unreachable.*GLUE_DIR"):
         load_split("qqp", "train", glue_dir=tmp_path)
 
 
-@pytest.mark.parametrize("call, error, fragment", [
-    (lambda: load_split("rte", "dev", glue_dir="."), UnknownNameError, "validation"),
-    (lambda: load_split("rte", "train", source="disk"), UnknownNameError, "local"),
-    (lambda: load_split(GLUE_TASKS["rte"], "train", source="local", glue_dir=None), ConfigError, "GLUE_DIR"),
-])
+@pytest.mark.parametrize(
+    "call, error, fragment",
+    [
+        (lambda: load_split("rte", "dev", glue_dir="."), UnknownNameError, "validation"),
+        (lambda: load_split("rte", "train", source="disk"), UnknownNameError, "local"),
+        (lambda: load_split(GLUE_TASKS["rte"], "train", source="local", glue_dir=None), ConfigError, "GLUE_DIR"),
+    ],
+)
 def test_bad_arguments(monkeypatch, call, error, fragment):
     monkeypatch.delenv("GLUE_DIR", raising=False)
     with pytest.raises(error, match=fragment):
@@ -315,27 +410,52 @@ def user_files(folder: Path, fmt: str) -> None:
 @pytest.mark.parametrize("config", ["yaml", "json"])
 def test_user_task_from_file(tmp_path, monkeypatch, fmt, config):
     user_files(tmp_path / "data", fmt)
-    entry = {"name": "sentiment", "train": f"data/train.{fmt}", "validation": f"data/dev.{fmt}",
-             "test": f"data/test.{fmt}", "text_columns": ["text"], "label_column": "label"}
+    entry = {
+        "name": "sentiment",
+        "train": f"data/train.{fmt}",
+        "validation": f"data/dev.{fmt}",
+        "test": f"data/test.{fmt}",
+        "text_columns": ["text"],
+        "label_column": "label",
+    }
     cfg = tmp_path / f"tasks.{config}"
     cfg.write_text(yaml.safe_dump({"tasks": [entry]}) if config == "yaml" else json.dumps([entry]))
     monkeypatch.chdir(tmp_path / "data")  # paths resolve against the config file, not the cwd
     [spec] = load_task_specs(cfg)
-    assert (spec.name, spec.file_format, spec.labels, spec.metrics) == ("sentiment", fmt, ("neg", "neutral", "pos"),
-                                                                        ("accuracy",))
+    assert (spec.name, spec.file_format, spec.labels, spec.metrics) == (
+        "sentiment",
+        fmt,
+        ("neg", "neutral", "pos"),
+        ("accuracy",),
+    )
     dd = load_task(spec)
-    assert dd["train"].to_dict() == {"text_a": [t for t, _ in ROWS], "text_b": [""] * 3, "label": [2, 0, 1],
-                                     "idx": [0, 1, 2]}
+    assert dd["train"].to_dict() == {
+        "text_a": [t for t, _ in ROWS],
+        "text_b": [""] * 3,
+        "label": [2, 0, 1],
+        "idx": [0, 1, 2],
+    }
     assert len(dd["validation"]) == 2 and "label" not in dd["test"].column_names
 
 
 def test_user_regression_pair_task(tmp_path):
     write(tmp_path / "train.jsonl", '{"a": "x", "b": "y", "s": 1.5}\n{"a": "z", "b": "w", "s": "2"}\n')
-    spec = custom_task("sim", train="train.jsonl", text_columns=["a", "b"], label_column="s", type="regression",
-                       label_range=(0, 3), base_dir=tmp_path)
+    spec = custom_task(
+        "sim",
+        train="train.jsonl",
+        text_columns=["a", "b"],
+        label_column="s",
+        type="regression",
+        label_range=(0, 3),
+        base_dir=tmp_path,
+    )
     assert spec.metrics == ("pearson", "spearman") and spec.num_labels == 1
-    assert load_split(spec, "train").to_dict() == {"text_a": ["x", "z"], "text_b": ["y", "w"], "label": [1.5, 2.0],
-                                                   "idx": [0, 1]}
+    assert load_split(spec, "train").to_dict() == {
+        "text_a": ["x", "z"],
+        "text_b": ["y", "w"],
+        "label": [1.5, 2.0],
+        "idx": [0, 1],
+    }
 
 
 def test_inferred_labels_sort_numerically(tmp_path):
@@ -346,20 +466,26 @@ def test_inferred_labels_sort_numerically(tmp_path):
 
 
 def test_user_csv_with_bom(tmp_path):
-    write(tmp_path / "train.csv", "\ufefflabel,text\nb,\"x, y\"\na,z\n")
+    write(tmp_path / "train.csv", '\ufefflabel,text\nb,"x, y"\na,z\n')
     spec = custom_task("bom", train="train.csv", base_dir=tmp_path)
     assert load_split(spec, "train")["text_a"] == ["x, y", "z"]
 
 
-@pytest.mark.parametrize("content, fragments", [
-    ({"tasks": [{"name": "x", "train": "t.csv", "labels": ["a", "b"], "epochs": 3}]}, ["epochs", "tasks.yaml"]),
-    ({"tasks": [{"name": "x", "train": "t.csv", "labels": ["a", "b"]}], "defaults": {}}, ["defaults", "tasks.yaml"]),
-    ({"tasks": [{"name": "x", "train": "t.xml", "labels": ["a", "b"]}]}, ["format", "tasks.yaml"]),
-    ({"tasks": [{"name": "x", "train": "t.csv", "type": "ranking"}]}, ["type", "tasks.yaml"]),
-    ({"tasks": [{"name": "x", "train": "t.csv", "labels": ["a", "b"], "metric": "pearson"}]}, ["metrics"]),
-    ({"tasks": [{"train": "t.csv"}]}, ["name", "tasks.yaml"]),
-    ({"tasks": [{"name": "x", "test": "t.csv"}]}, ["labels", "tasks.yaml"]),
-])
+@pytest.mark.parametrize(
+    "content, fragments",
+    [
+        ({"tasks": [{"name": "x", "train": "t.csv", "labels": ["a", "b"], "epochs": 3}]}, ["epochs", "tasks.yaml"]),
+        (
+            {"tasks": [{"name": "x", "train": "t.csv", "labels": ["a", "b"]}], "defaults": {}},
+            ["defaults", "tasks.yaml"],
+        ),
+        ({"tasks": [{"name": "x", "train": "t.xml", "labels": ["a", "b"]}]}, ["format", "tasks.yaml"]),
+        ({"tasks": [{"name": "x", "train": "t.csv", "type": "ranking"}]}, ["type", "tasks.yaml"]),
+        ({"tasks": [{"name": "x", "train": "t.csv", "labels": ["a", "b"], "metric": "pearson"}]}, ["metrics"]),
+        ({"tasks": [{"train": "t.csv"}]}, ["name", "tasks.yaml"]),
+        ({"tasks": [{"name": "x", "test": "t.csv"}]}, ["labels", "tasks.yaml"]),
+    ],
+)
 def test_task_file_config_errors(tmp_path, content, fragments):
     cfg = tmp_path / "tasks.yaml"
     cfg.write_text(yaml.safe_dump(content))
@@ -386,45 +512,126 @@ BAD_CASES = [
     # id, task (name or factory of the tmp folder), split, files, expected message fragments
     ("missing-file", "rte", "train", {}, ["RTE/train.tsv", "missing file", "train"]),
     ("empty-file", "rte", "train", {"RTE/train.tsv": ""}, ["RTE/train.tsv", "empty"]),
-    ("header-only", "rte", "train", {"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n"},
-     ["RTE/train.tsv", "no data rows"]),
-    ("missing-text-column", "rte", "train", {"RTE/train.tsv": "index\tpremise\tsentence2\tlabel\n0\ta\tb\tentailment\n"},
-     ["RTE/train.tsv", "'sentence1'", "columns found: index, premise, sentence2, label"]),
-    ("missing-label-column", "rte", "validation", {"RTE/dev.tsv": "index\tsentence1\tsentence2\n0\ta\tb\n"},
-     ["RTE/dev.tsv", "'label'", "columns found"]),
-    ("too-few-fields", "rte", "train",
-     {"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tentailment\n"},
-     ["RTE/train.tsv", "line 3", "too few fields", "expected 4", "found 3"]),
-    ("too-many-fields", "sst2", "train", {"SST-2/train.tsv": "sentence\tlabel\nx\t1\ny\tz\t0\n"},
-     ["SST-2/train.tsv", "line 3", "too many fields"]),
-    ("headerless-short-row", "cola", "train", {"CoLA/train.tsv": "s\t1\t\tok\ns\t1\tbad\n"},
-     ["CoLA/train.tsv", "line 2", "too few fields"]),
-    ("label-not-in-set", "rte", "train",
-     {"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tcontradiction\n"},
-     ["RTE/train.tsv", "line 3", "'contradiction'", "['entailment', 'not_entailment']"]),
-    ("regression-nan", "stsb", "train", {"STS-B/train.tsv": STSB_HEAD + stsb_row("1.0") + stsb_row("nan")},
-     ["STS-B/train.tsv", "line 3", "'nan'", "not finite"]),
-    ("regression-inf", "stsb", "train", {"STS-B/train.tsv": STSB_HEAD + stsb_row("inf")},
-     ["STS-B/train.tsv", "line 2", "not finite"]),
-    ("regression-unparsable", "stsb", "validation", {"STS-B/dev.tsv": STSB_HEAD + stsb_row("four")},
-     ["STS-B/dev.tsv", "line 2", "'four'", "not a number"]),
-    ("regression-out-of-range", "stsb", "train", {"STS-B/train.tsv": STSB_HEAD + stsb_row("4.0") + stsb_row("5.5")},
-     ["STS-B/train.tsv", "line 3", "5.5", "label_range [0.0, 5.0]"]),
-    ("blank-line", "sst2", "train", {"SST-2/train.tsv": "sentence\tlabel\nx\t1\n\ny\t0\n"},
-     ["SST-2/train.tsv", "line 3", "blank line"]),
-    ("not-utf8", "sst2", "train", {"SST-2/train.tsv": b"sentence\tlabel\ncaf\xe9\t1\n"},
-     ["SST-2/train.tsv", "UTF-8"]),
-    ("csv-label-not-in-set", user("csv"), "train", {"train.csv": 'text,label\n"a, b",a\nc,z\n'},
-     ["train.csv", "line 3", "'z'", "['a', 'b']"]),
-    ("jsonl-invalid-json", user("jsonl"), "train", {"train.jsonl": '{"text": "x", "label": "a"}\n{"text": "y",\n'},
-     ["train.jsonl", "line 2", "invalid JSON"]),
-    ("jsonl-missing-key", user("jsonl"), "train",
-     {"train.jsonl": '{"text": "x", "label": "a"}\n{"text": "y", "label": "b"}\n{"txt": "z", "label": "a"}\n'},
-     ["train.jsonl", "line 3", "'text'", "keys found: txt, label"]),
-    ("jsonl-not-object", user("jsonl"), "train", {"train.jsonl": '{"text": "x", "label": "a"}\n["y", "b"]\n'},
-     ["train.jsonl", "line 2", "JSON object"]),
-    ("jsonl-null-text", user("jsonl"), "train", {"train.jsonl": '{"text": null, "label": "a"}\n'},
-     ["train.jsonl", "line 1", "null"]),
+    (
+        "header-only",
+        "rte",
+        "train",
+        {"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n"},
+        ["RTE/train.tsv", "no data rows"],
+    ),
+    (
+        "missing-text-column",
+        "rte",
+        "train",
+        {"RTE/train.tsv": "index\tpremise\tsentence2\tlabel\n0\ta\tb\tentailment\n"},
+        ["RTE/train.tsv", "'sentence1'", "columns found: index, premise, sentence2, label"],
+    ),
+    (
+        "missing-label-column",
+        "rte",
+        "validation",
+        {"RTE/dev.tsv": "index\tsentence1\tsentence2\n0\ta\tb\n"},
+        ["RTE/dev.tsv", "'label'", "columns found"],
+    ),
+    (
+        "too-few-fields",
+        "rte",
+        "train",
+        {"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tentailment\n"},
+        ["RTE/train.tsv", "line 3", "too few fields", "expected 4", "found 3"],
+    ),
+    (
+        "too-many-fields",
+        "sst2",
+        "train",
+        {"SST-2/train.tsv": "sentence\tlabel\nx\t1\ny\tz\t0\n"},
+        ["SST-2/train.tsv", "line 3", "too many fields"],
+    ),
+    (
+        "headerless-short-row",
+        "cola",
+        "train",
+        {"CoLA/train.tsv": "s\t1\t\tok\ns\t1\tbad\n"},
+        ["CoLA/train.tsv", "line 2", "too few fields"],
+    ),
+    (
+        "label-not-in-set",
+        "rte",
+        "train",
+        {"RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\tcontradiction\n"},
+        ["RTE/train.tsv", "line 3", "'contradiction'", "['entailment', 'not_entailment']"],
+    ),
+    (
+        "regression-nan",
+        "stsb",
+        "train",
+        {"STS-B/train.tsv": STSB_HEAD + stsb_row("1.0") + stsb_row("nan")},
+        ["STS-B/train.tsv", "line 3", "'nan'", "not finite"],
+    ),
+    (
+        "regression-inf",
+        "stsb",
+        "train",
+        {"STS-B/train.tsv": STSB_HEAD + stsb_row("inf")},
+        ["STS-B/train.tsv", "line 2", "not finite"],
+    ),
+    (
+        "regression-unparsable",
+        "stsb",
+        "validation",
+        {"STS-B/dev.tsv": STSB_HEAD + stsb_row("four")},
+        ["STS-B/dev.tsv", "line 2", "'four'", "not a number"],
+    ),
+    (
+        "regression-out-of-range",
+        "stsb",
+        "train",
+        {"STS-B/train.tsv": STSB_HEAD + stsb_row("4.0") + stsb_row("5.5")},
+        ["STS-B/train.tsv", "line 3", "5.5", "label_range [0.0, 5.0]"],
+    ),
+    (
+        "blank-line",
+        "sst2",
+        "train",
+        {"SST-2/train.tsv": "sentence\tlabel\nx\t1\n\ny\t0\n"},
+        ["SST-2/train.tsv", "line 3", "blank line"],
+    ),
+    ("not-utf8", "sst2", "train", {"SST-2/train.tsv": b"sentence\tlabel\ncaf\xe9\t1\n"}, ["SST-2/train.tsv", "UTF-8"]),
+    (
+        "csv-label-not-in-set",
+        user("csv"),
+        "train",
+        {"train.csv": 'text,label\n"a, b",a\nc,z\n'},
+        ["train.csv", "line 3", "'z'", "['a', 'b']"],
+    ),
+    (
+        "jsonl-invalid-json",
+        user("jsonl"),
+        "train",
+        {"train.jsonl": '{"text": "x", "label": "a"}\n{"text": "y",\n'},
+        ["train.jsonl", "line 2", "invalid JSON"],
+    ),
+    (
+        "jsonl-missing-key",
+        user("jsonl"),
+        "train",
+        {"train.jsonl": '{"text": "x", "label": "a"}\n{"text": "y", "label": "b"}\n{"txt": "z", "label": "a"}\n'},
+        ["train.jsonl", "line 3", "'text'", "keys found: txt, label"],
+    ),
+    (
+        "jsonl-not-object",
+        user("jsonl"),
+        "train",
+        {"train.jsonl": '{"text": "x", "label": "a"}\n["y", "b"]\n'},
+        ["train.jsonl", "line 2", "JSON object"],
+    ),
+    (
+        "jsonl-null-text",
+        user("jsonl"),
+        "train",
+        {"train.jsonl": '{"text": null, "label": "a"}\n'},
+        ["train.jsonl", "line 1", "null"],
+    ),
 ]
 
 
@@ -440,11 +647,14 @@ def test_bad_input_raises_data_error(tmp_path, case_id, task, split, files, frag
         assert fragment in message, f"{fragment!r} not in {message!r}"
 
 
-@pytest.mark.parametrize("body, fragments", [
-    ("text,label\na,x\nb,\n", ["train.csv", "line 3", "empty label"]),
-    ("text,label\na,x\n", ["train.csv", "fewer than 2 distinct labels"]),
-    ("txt,label\na,x\nb,y\n", ["train.csv", "'text'", "columns found: txt, label"]),
-])
+@pytest.mark.parametrize(
+    "body, fragments",
+    [
+        ("text,label\na,x\nb,\n", ["train.csv", "line 3", "empty label"]),
+        ("text,label\na,x\n", ["train.csv", "fewer than 2 distinct labels"]),
+        ("txt,label\na,x\nb,y\n", ["train.csv", "'text'", "columns found: txt, label"]),
+    ],
+)
 def test_label_inference_errors(tmp_path, body, fragments):
     write(tmp_path / "train.csv", body)
     with pytest.raises((DataError, ConfigError)) as info:

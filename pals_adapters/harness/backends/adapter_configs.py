@@ -73,14 +73,15 @@ class AdapterConfigBackend(MethodBackend):
         extra = {} if safe else {"allow_pickle": True}  # the export refused pickle unless the caller allowed it
         try:
             with quiet("adapters.loading"):  # it warns on the intended overwrite of the fresh adapter
-                model.encoder.load_adapter(
-                    str(folder), load_as=task, use_safetensors=safe, loading_info=info, **extra
-                )
+                model.encoder.load_adapter(str(folder), load_as=task, use_safetensors=safe, loading_info=info, **extra)
         except RuntimeError as err:  # torch: size mismatch
             raise AdapterLoadError(f"{weights} does not fit the model: {err}") from err
         problems = [
             f"{label}: {sorted(keys)[:4]}"
-            for label, keys in (("missing", info.get("missing_keys", [])), ("unexpected", info.get("unexpected_keys", [])))
+            for label, keys in (
+                ("missing", info.get("missing_keys", [])),
+                ("unexpected", info.get("unexpected_keys", [])),
+            )
             if keys
         ]
         if problems:

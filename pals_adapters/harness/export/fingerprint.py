@@ -63,7 +63,7 @@ def _reference_keys(backbone: PreTrainedModel) -> frozenset:
 
 def _plain_name(name: str) -> str:
     if name.startswith(_PEFT_PREFIX):
-        name = name[len(_PEFT_PREFIX):]
+        name = name[len(_PEFT_PREFIX) :]
     return name.replace(".base_layer.", ".")
 
 
@@ -141,10 +141,20 @@ def dtype_of(state: Mapping[str, torch.Tensor]) -> torch.dtype:
 
 # Config fields that say where or how a model was loaded, not what it computes (dtype and attention
 # kernels are recorded on their own).
-_NOT_IDENTITY = frozenset({
-    "_name_or_path", "transformers_version", "architectures", "dtype", "torch_dtype", "_commit_hash",
-    "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "adapters",
-})
+_NOT_IDENTITY = frozenset(
+    {
+        "_name_or_path",
+        "transformers_version",
+        "architectures",
+        "dtype",
+        "torch_dtype",
+        "_commit_hash",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "attn_implementation",
+        "adapters",
+    }
+)
 
 
 def base_config(model: nn.Module) -> dict:

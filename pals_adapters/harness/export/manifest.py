@@ -127,8 +127,11 @@ def _check_common(path: Path, data: dict, contents: str) -> None:
     if version > FORMAT_VERSION:
         bad("format_version", f"is {version}; this pals_adapters reads up to {FORMAT_VERSION} (upgrade it)")
     if version < FORMAT_VERSION and contents == "task":
-        bad("format_version", f"is {version}: written before the base's config and tokenizer were recorded, so "
-            "the base cannot be checked; re-export the run (pals-bench export RUN_DIR)")
+        bad(
+            "format_version",
+            f"is {version}: written before the base's config and tokenizer were recorded, so "
+            "the base cannot be checked; re-export the run (pals-bench export RUN_DIR)",
+        )
     if data.get("contents") != contents:
         bad("contents", f"is {data.get('contents')!r}, expected {contents!r}")
     files = data.get("files")
@@ -165,8 +168,15 @@ def read_task_manifest(folder: Path) -> TaskManifest:
         raise IntegrityError(f"{path}: field {name!r} {problem}")
 
     _check_common(path, data, "task")
-    for name, kind in (("task", str), ("task_spec", dict), ("method", dict), ("base_mode", str),
-                       ("base_fingerprint", str), ("base_dtype", str), ("base_config", dict)):
+    for name, kind in (
+        ("task", str),
+        ("task_spec", dict),
+        ("method", dict),
+        ("base_mode", str),
+        ("base_fingerprint", str),
+        ("base_dtype", str),
+        ("base_config", dict),
+    ):
         if not isinstance(data.get(name), kind) or not data[name]:
             bad(name, f"must be a non-empty {kind.__name__}")
     for name, kind in (("tokenizer_files", dict), ("evaluation", dict), ("max_length", int)):

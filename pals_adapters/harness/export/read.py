@@ -201,10 +201,13 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     specs = {}
     for folder, manifest, spec, other in checked:
         differences = [
-            what for what, a, b in (
-                ("method", other.spec, method.spec), ("base mode", manifest.base_mode, first.base_mode),
+            what
+            for what, a, b in (
+                ("method", other.spec, method.spec),
+                ("base mode", manifest.base_mode, first.base_mode),
                 ("base fingerprint", manifest.base_fingerprint, first.base_fingerprint),
-            ) if a != b
+            )
+            if a != b
         ]
         if differences:
             raise AdapterLoadError(
@@ -232,7 +235,8 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     if differences:
         raise AdapterLoadError(
             f"the base from {source} has another model config than the one {first_folder} was trained on ("
-            + "; ".join(differences) + "): its outputs would differ; load the task on its own base"
+            + "; ".join(differences)
+            + "): its outputs would differ; load the task on its own base"
         )
     if getattr(encoder, "pooler", None) is None:
         raise AdapterLoadError(f"the base from {source} has no pooler; the task head reads the pooled output")

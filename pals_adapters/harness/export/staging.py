@@ -96,7 +96,8 @@ def check_replaceable(target: Path) -> None:
     if not target.is_dir():
         raise ConfigError(f"{target} is a file; give a folder for the export")
     foreign = sorted(
-        p.name for p in target.iterdir()
+        p.name
+        for p in target.iterdir()
         if not (p.is_dir() and ((p / MANIFEST).exists() or _OLD_LEFTOVER.fullmatch(p.name)))
     )
     if foreign:

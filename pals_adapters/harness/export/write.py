@@ -111,8 +111,17 @@ def _base_is_current(folder: Path, base: _Base) -> bool:
     return existing.fingerprint == base.fingerprint and same_tokenizer
 
 
-def _write_task(model: MultiTaskModel, task: str, folder: Path, base: _Base, base_model_name, metrics,
-                max_length, evaluation, base_mode: str | None = None) -> None:
+def _write_task(
+    model: MultiTaskModel,
+    task: str,
+    folder: Path,
+    base: _Base,
+    base_model_name,
+    metrics,
+    max_length,
+    evaluation,
+    base_mode: str | None = None,
+) -> None:
     # base_mode: how the base was made, if not by this model's own training (a task added to an export
     # trains against the export's fine-tuned base with that base frozen; it still needs that base)
     base_mode = base_mode or model.base_mode
@@ -193,8 +202,9 @@ def export_added_task(
     with staged_export(out_dir, only=[task]) as staging:
         if base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base):
             raise ConfigError(f"{out_dir}: the model's base is not the export's base; nothing was written")
-        _write_task(model, task, staging / task, base, base_model_name, metrics, max_length, evaluation,
-                    base_mode=base_mode)
+        _write_task(
+            model, task, staging / task, base, base_model_name, metrics, max_length, evaluation, base_mode=base_mode
+        )
     return Path(out_dir) / task
 
 
@@ -218,7 +228,8 @@ def export_run(
         if model.base_mode == "finetune":
             _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
         for task in model.tasks:
-            _write_task(model, task, staging / task, base, base_model_name, metrics_by_task.get(task), max_length,
-                        evaluation)
+            _write_task(
+                model, task, staging / task, base, base_model_name, metrics_by_task.get(task), max_length, evaluation
+            )
     names = ([BASE_DIR] if model.base_mode == "finetune" else []) + list(model.tasks)
     return {name: out_dir / name for name in names}
