@@ -1,6 +1,5 @@
 """Dev-set evaluation of a multi-task model: predictions, the official metrics, a GLUE-style average."""
 
-
 import datasets
 import numpy as np
 import torch
