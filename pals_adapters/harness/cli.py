@@ -31,6 +31,7 @@ from .export import EvaluationRecord, load_task, load_tokenizer
 from .export.manifest import read_task_manifest
 from .export.read import task_folders, task_spec_of
 from .metrics import glue_average
+from .readers import getter, iter_records
 from .reexport import export_checkpoint
 from .report import results_table
 from .runner import RunConfig, resolve_task_names, run
@@ -203,7 +204,7 @@ def cmd_predict(args) -> None:
             else:
                 values = [spec.labels[i] for i in logits.argmax(-1)]
             path = out / f"{spec.submission_name(split)}.tsv"
-            lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(data["idx"], values)]
+            lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(_row_ids(spec, split, data), values)]
             path.write_text("\n".join(lines) + "\n")
             print(f"{path}: {len(values)} predictions")
 
@@ -224,6 +225,19 @@ def _predict_requests(args) -> None:
         lines.append(f"{request.get('id', position)}\t{answer.task}\t{label}")
     out.write_text("\n".join(lines) + "\n")
     print(f"{out}: {len(answers)} predictions for tasks {sorted(set(a.task for a in answers))}")
+
+
+def _row_ids(spec, split: str, data) -> list:
+    """The ids of a split's rows for its prediction file: the file's own ``id`` column when a user task's
+    file has one, else the row numbers (GLUE's ``index``)."""
+    if spec.data_dir is None:
+        return list(data["idx"])
+    path = spec.split_path(split)
+    columns, rows, _ = iter_records(path, spec.file_format, spec.header_for(split), spec.column_positions)
+    if "id" not in columns:
+        return list(data["idx"])
+    get = getter(path, columns, spec.file_format, "id")
+    return [str(get(row)) for _, row in rows]
 
 
 def cmd_export(args) -> None:

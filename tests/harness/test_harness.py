@@ -276,8 +276,10 @@ def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
     rows = "\n".join(f'"review {i}, {"good" if i % 2 else "bad"} film",{"pos" if i % 2 else "neg"}' for i in range(40))
     for split in ("train", "dev"):
         (tmp_path / f"{split}.csv").write_text("text,sentiment\n" + rows + "\n")
+    (tmp_path / "test.csv").write_text("id,text\nr-7,a fine film\nr-3,a dull film\n")
     (tmp_path / "tasks.yaml").write_text(
-        "name: reviews\ntrain: train.csv\nvalidation: dev.csv\ntext_columns: [text]\nlabel_column: sentiment\n"
+        "name: reviews\ntrain: train.csv\nvalidation: dev.csv\ntest: test.csv\ntext_columns: [text]\n"
+        "label_column: sentiment\n"
     )
     out = tmp_path / "run"
     argv = [
@@ -311,6 +313,11 @@ def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert "reviews_accuracy" in results["metrics"]
+    # predictions of the user's test file carry the file's own ids
+    assert main(["predict", str(out / "export" / "reviews"), "--out", str(tmp_path / "pred")]) == 0
+    lines = (tmp_path / "pred" / "reviews-test.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["index", "r-7", "r-3"]
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"neg", "pos"}
     assert main(["export", str(out), "--out", str(tmp_path / "again")]) == 0
     ids = torch.randint(1000, 2000, (3, 7))
     for task in ("reviews", "rte"):
