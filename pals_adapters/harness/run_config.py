@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig
 
 from ..errors import ConfigError, UnknownNameError
 from .backends import get_backend
@@ -270,8 +271,6 @@ def _check_data_location(config: RunConfig, specs: dict[str, TaskSpec]) -> None:
 
 
 def _check_model_limits(config: RunConfig) -> None:
-    from transformers import AutoConfig
-
     try:
         model_config = AutoConfig.from_pretrained(resolve_model(config.model))
     except (OSError, ValueError) as err:

@@ -458,7 +458,8 @@ def format_schedule(rows: Sequence[Mapping[str, Any]]) -> str:
 def plot_schedule(sampler: TaskSampler, total_steps: int, path: str | Path) -> Path:
     """Write a PNG of each task's probability (and alpha, if any) over ``total_steps``."""
     try:
-        # Figure + Agg canvas directly: no pyplot, so the caller's backend is untouched.
+        # Optional (the plot extra), so imported here. Figure + Agg canvas directly: no pyplot, so the
+        # caller's backend is untouched.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from ..methods import get_method
@@ -253,8 +253,6 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
 def load_tokenizer(export_dir: PathLike, base: str | None = None):
     """The tokenizer a task was trained with: the exported base's (fine-tuned runs), else that of ``base`` or
     of the manifest's base model; its files must be those recorded at export (AdapterLoadError if not)."""
-    from transformers import AutoTokenizer
-
     folder = Path(export_dir)
     manifest = read_task_manifest(folder)
     source = base or resolve_model(manifest.base_model_name or "")
