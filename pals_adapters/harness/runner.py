@@ -153,6 +153,13 @@ def run(config: RunConfig) -> dict:
         return _train(config, specs, resume, started)
 
 
+def _device_name(device: torch.device) -> str:
+    """``cpu`` or ``cuda:0 (NVIDIA H100 80GB HBM3)``: which machine a run's wall time belongs to."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
+
+
 def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, started: float) -> dict:
     set_seed(config.seed)
     method = get_method(config.method)
@@ -174,6 +181,7 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
         "train_sizes": {name: len(data) for name, data in train.items()},
         "parameters": parameter_summary(model),
         "log_history": trainer.state.log_history,
+        "device": _device_name(trainer.args.device),
     }
     results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
