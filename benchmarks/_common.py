@@ -1,5 +1,6 @@
 """Small helpers shared by the benchmark scripts: which model, which machine, where results go."""
 
+import dataclasses
 import datetime
 import json
 import os
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModel, BertConfig
+
+from pals_adapters.harness import RunConfig
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODELS = ("minilm", "bert-base", "bert-large", "tiny")
@@ -119,3 +122,15 @@ def markdown_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def same_settings(cached: dict, config: RunConfig, ignore=("resume", "output_dir")) -> bool:
+    """Whether a cached run's recorded config is ``config``. A setting added to RunConfig after the run
+    was cached counts at its default: new settings default to the behaviour runs had before them."""
+    defaults = {
+        f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        for f in dataclasses.fields(RunConfig)
+    }
+    now = json.loads(json.dumps(dataclasses.asdict(config)))
+    recorded = {**json.loads(json.dumps(defaults)), **cached}
+    return {k: v for k, v in recorded.items() if k not in ignore} == {k: v for k, v in now.items() if k not in ignore}

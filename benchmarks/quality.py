@@ -24,11 +24,14 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 
 from pals_adapters.harness import RunConfig, run
 from pals_adapters.harness.checkpoints import last_complete_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import same_settings  # noqa: E402
+from references import majority_score  # noqa: E402
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 
@@ -143,10 +146,6 @@ PROFILE_ROWS = {"medium": ROWS_MEDIUM, "smoke": ROWS_MEDIUM}
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t quantiles for 95% intervals
 
 
-def _comparable(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k not in ("resume", "output_dir")}
-
-
 def run_cached(out: Path, run_id: str, config: RunConfig, train: bool = True) -> dict | None:
     """One harness run, or its cached results; an interrupted run resumes from its last checkpoint.
     With ``train=False`` only the cache is read: None when the run has not finished with these settings."""
@@ -155,7 +154,7 @@ def run_cached(out: Path, run_id: str, config: RunConfig, train: bool = True) ->
     config.output_dir = str(folder)
     if cached.exists():
         results = json.loads(cached.read_text())
-        if _comparable(results["config"]) == _comparable(json.loads(json.dumps(asdict(config)))):  # same settings
+        if same_settings(results["config"], config):
             return results
     if not train:
         return None
@@ -277,10 +276,18 @@ def total_parameters(name, per_seed, tasks):
     return task_specific + p["shared"] * (len(tasks) if name.startswith("separate") else 1), p["shared"]
 
 
-def markdown(rows, tasks, spread="stderr", paired=None) -> str:
+def markdown(rows, tasks, spread="stderr", paired=None, majority=None) -> str:
     """Tables of mean ± ``spread`` (standard error for quick, standard deviation for medium) per row,
     the paired differences of PALs against the other seeded rows, and each run's wall time."""
     lines = []
+    if majority:
+        scores = [100 * majority[t]["score"] for t in tasks]
+        lines += [
+            "Without training (the majority class of the training set; STS-B: its mean): "
+            + ", ".join(f"{t} {score:.1f}" for t, score in zip(tasks, scores))
+            + f"; average {statistics.mean(scores):.1f}.",
+            "",
+        ]
     for table, title in (
         ("2", "Table 2 style: separate vs shared vs PALs (base fine-tuned)"),
         ("budget", "Other methods at the PALs parameter budget (base fine-tuned)"),
@@ -445,6 +452,7 @@ def write_report(args, profile, out):
             }
         )
     paired = paired_differences(rows, "PALs + annealed", profile["tasks"]) if args.profile != "quick" else {}
+    majority = {t: majority_score(t, args.glue_dir) for t in profile["tasks"]}
     report = {
         "command": " ".join([sys.executable] + sys.argv),
         "profile": args.profile,
@@ -455,10 +463,11 @@ def write_report(args, profile, out):
         "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "rows": rows,
         "rows_not_finished": missing,
+        "majority_class": majority,
         "paired_differences_pals_minus_row": paired,
     }
     (out / "quality.json").write_text(json.dumps(report, indent=2))
-    text = markdown(rows, profile["tasks"], spread, paired)
+    text = markdown(rows, profile["tasks"], spread, paired, majority)
     if missing:
         text += "\nRows not finished yet: " + ", ".join(missing) + "\n"
     (out / "quality.md").write_text(text)

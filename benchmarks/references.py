@@ -20,12 +20,11 @@ import json
 import math
 import statistics
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
-from _common import RESULTS_DIR, command_line, machine_info, markdown_table, write_results
+from _common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results
 
 from pals_adapters.harness import RunConfig, run
 from pals_adapters.harness.data import load_split
@@ -70,7 +69,7 @@ def run_cached(cache: Path, run_id: str, config: RunConfig) -> dict:
     cached = folder / "results.json"
     if cached.exists():
         results = json.loads(cached.read_text())
-        if results["config"] == json.loads(json.dumps(asdict(config))):
+        if same_settings(results["config"], config, ignore=()):
             return results
     results = run(config)  # writes results.json, with the run's wall time
     print(

@@ -19,8 +19,9 @@ The complete list, with the reason for each:
    an extra attention path and cannot be folded into the model's weights (the library would silently do
    nothing). ``reset_adapter`` is left alone: it undoes merges, PALs are never merged, and the library
    itself calls it from ``set_active_adapters``.
-6. ``AdapterLoader.load`` is strict for PAL adapters: a missing, unexpected or mis-shaped weight is an
-   error and the half-loaded adapter is removed (the library only logs such keys).
+6. ``AdapterLoader.load`` is strict for PAL adapters (and CA-MTL's, via `follow_safe_file_policy`): a
+   missing, unexpected or mis-shaped weight is an error and the half-loaded adapter is removed (the
+   library only logs such keys).
 7. ``AdapterLoader.filter_func`` / ``rename_func`` also match a PAL adapter's shared weights at the top
    level of a plain transformers model wrapped with ``adapters.init`` (the library's substring
    patterns miss them: they would be neither saved nor loaded).
@@ -241,38 +242,43 @@ def _refuse_merge(original, model, *args, **kwargs):
 
 
 def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=None, **kwargs):
+    """For the project's own adapter types (`SAFE_FILE_CONFIGS`): every weight of the file must find its
+    place and every place its weight, or nothing of the load is kept."""
     model = loader.model
     info = loading_info if isinstance(loading_info, dict) else {}
     names_before = set(model.adapters_config.adapters)
 
-    def discard_new_pal_adapters():
-        new = [n for n in set(model.adapters_config.adapters) - names_before if is_pal_adapter(model, n)]
+    def discard_new_own_adapters():
+        new = [n for n in set(model.adapters_config.adapters) - names_before if _own_kind(model, n)]
+        kinds = sorted({_own_kind(model, n) for n in new})
         for name in new:
             model.delete_adapter(name)
-        return new
+        return kinds
 
     try:
         folder, name = original(loader, adapter_name_or_path, *args, loading_info=info, **kwargs)
     except RuntimeError as err:  # torch's load_state_dict: size mismatch
-        if not discard_new_pal_adapters():
+        kinds = discard_new_own_adapters()
+        if not kinds:
             raise
         raise AdapterLoadError(
-            f"PAL adapter weights in '{adapter_name_or_path}' do not fit this model "
+            f"{'/'.join(kinds)} adapter weights in '{adapter_name_or_path}' do not fit this model "
             f"({type(model).__name__}, hidden size {model.config.hidden_size}); nothing was loaded. {err}"
         ) from err
-    if not is_pal_adapter(model, name):
+    kind = _own_kind(model, name)
+    if kind is None:
         return folder, name
     missing = [k for k in info.get("missing_keys", []) if f".{name}." in k]
     unexpected = list(info.get("unexpected_keys", []))
     if missing or unexpected:
-        discard_new_pal_adapters()
+        discard_new_own_adapters()
         problems = []
         if missing:
             problems.append(f"weights missing from the file: {_preview(missing)}")
         if unexpected:
             problems.append(f"weights in the file that this model has no place for: {_preview(unexpected)}")
         raise AdapterLoadError(
-            f"PAL adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
+            f"{kind} adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
             + "; ".join(problems)
         )
     return folder, name
@@ -347,15 +353,26 @@ def _file_policy(original, model, *args, **kwargs):
 # The project's own config types (architecture name -> config class) whose files follow the safe
 # policy above: PALs here, CA-MTL registers itself (pals_adapters.ca_mtl.integration).
 SAFE_FILE_CONFIGS: dict = {"pals": PALsConfig}
+_KIND_NAMES = {"pals": "PAL"}  # architecture -> the name errors give it
 
 
-def follow_safe_file_policy(architecture: str, config_class) -> None:
-    """Puts adapters of ``config_class`` under the file policy of PAL adapters (safetensors, no pickle)."""
+def follow_safe_file_policy(architecture: str, config_class, kind_name: str | None = None) -> None:
+    """Puts adapters of ``config_class`` under the file policy of PAL adapters (safetensors, no pickle)
+    and their strict loading; errors call them ``kind_name`` (default: the architecture name)."""
     SAFE_FILE_CONFIGS[architecture] = config_class
+    _KIND_NAMES[architecture] = kind_name or architecture
+
+
+def _own_kind(model, adapter_name: str) -> str | None:
+    """The kind name of ``adapter_name`` if it is one of the project's own config types, else None."""
+    for architecture, cls in SAFE_FILE_CONFIGS.items():
+        if model.adapters_config.match(adapter_name, cls) is not None:
+            return _KIND_NAMES[architecture]
+    return None
 
 
 def _is_own_adapter(model, adapter_name: str) -> bool:
-    return any(model.adapters_config.match(adapter_name, cls) is not None for cls in SAFE_FILE_CONFIGS.values())
+    return _own_kind(model, adapter_name) is not None
 
 
 def _prepare_save(model, bound, policy: _FilePolicy) -> None:

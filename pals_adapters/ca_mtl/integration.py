@@ -1,6 +1,6 @@
 """Registers CA-MTL with the `adapters` library, and the functions that work on a model's CA-MTL part.
 
-`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` makes four small,
+`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` makes three small,
 idempotent patches. Each wraps (never replaces) the library's code, and passes every call that does
 not concern a CA-MTL adapter through unchanged; they carry their own marker attribute, so they sit on
 top of the PAL patches of the same functions (in either order) without being skipped or doubled:
@@ -17,9 +17,10 @@ top of the PAL patches of the same functions (in either order) without being ski
    CA-MTL trains besides the task embeddings (`trainable_shared_parameters`): the shared conditional
    modules, the layers above the frozen bottom ones and the pooler. Embeddings and bottom layers stay frozen.
    Reason: ``train_adapter`` freezes the whole base model, but CA-MTL fine-tunes its upper half.
-4. ``AdapterLoader.load``: loading a CA-MTL adapter is strict: a missing, unexpected or mis-shaped
-   weight is an error and the half-loaded adapter is removed (`adapters` itself only logs such keys).
-   Reason: a silently dropped task embedding would leave a random one in place.
+
+It also puts CA-MTL under the plugin core's file policy and strict loading (`follow_safe_file_policy`):
+safetensors by default, pickle refused, and a missing, unexpected or mis-shaped weight is an error that
+removes the half-loaded adapter (a silently dropped task embedding would leave a random one in place).
 
 The shared conditional modules are not part of any single adapter's files (like a fine-tuned base,
 they belong to every task): save and load them with `save_shared_modules` / `load_shared_modules`
@@ -34,7 +35,6 @@ from pathlib import Path
 import torch
 from adapters import ADAPTER_CONFIG_MAP, AdapterConfig
 from adapters.composition import parse_composition
-from adapters.loading import AdapterLoader
 from adapters.methods.adapter_layer_base import AdapterLayerBase
 from adapters.model_mixin import ModelAdaptersMixin
 from safetensors.torch import load_file, save_file
@@ -69,10 +69,10 @@ def register() -> None:
             raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register CA-MTL")
         ADAPTER_CONFIG_MAP[name] = config
     _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
-    follow_safe_file_policy("ca_mtl", CAMTLConfig)  # the PAL file policy: safetensors, pickle refused
+    # The PAL file policy (safetensors, pickle refused) and strict loading (pals_adapters.integration).
+    follow_safe_file_policy("ca_mtl", CAMTLConfig, "CA-MTL")
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
     _wrap(ModelAdaptersMixin, "train_adapter", _train_adapter)
-    _wrap(AdapterLoader, "load", _strict_load)
 
 
 def _wrap(owner, name, wrapper, static=False):
@@ -260,47 +260,6 @@ def reinitialize_top_layer(model) -> None:
     for module in layers[-1].modules():
         if any(id(p) in fresh for p in module.parameters(recurse=False)):
             base._init_weights(module)
-
-
-# --- 4. strict loading ---
-
-
-def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=None, **kwargs):
-    model = loader.model
-    info = loading_info if isinstance(loading_info, dict) else {}
-    names_before = set(model.adapters_config.adapters)
-
-    def discard_new_ca_mtl_adapters():
-        new = [n for n in set(model.adapters_config.adapters) - names_before if is_ca_mtl_adapter(model, n)]
-        for name in new:
-            model.delete_adapter(name)
-        return new
-
-    try:
-        folder, name = original(loader, adapter_name_or_path, *args, loading_info=info, **kwargs)
-    except RuntimeError as err:  # torch's load_state_dict: size mismatch
-        if not discard_new_ca_mtl_adapters():
-            raise
-        raise AdapterLoadError(
-            f"CA-MTL adapter weights in '{adapter_name_or_path}' do not fit this model "
-            f"({type(model).__name__}, hidden size {model.config.hidden_size}); nothing was loaded. {err}"
-        ) from err
-    if not is_ca_mtl_adapter(model, name):
-        return folder, name
-    missing = [k for k in info.get("missing_keys", []) if f".{name}." in k]
-    unexpected = list(info.get("unexpected_keys", []))
-    if missing or unexpected:
-        discard_new_ca_mtl_adapters()
-        problems = []
-        if missing:
-            problems.append(f"weights missing from the file: {sorted(missing)[:4]}")
-        if unexpected:
-            problems.append(f"weights in the file that this model has no place for: {sorted(unexpected)[:4]}")
-        raise AdapterLoadError(
-            f"CA-MTL adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
-            + "; ".join(problems)
-        )
-    return folder, name
 
 
 # --- the shared part on its own ---

@@ -75,6 +75,11 @@ class RunConfig:
         True, "batch examples of similar length within a task (less padding; every example once per pass)"
     )
     max_length: int = _setting(128, "tokens per example (longer ones are truncated)")
+    standardise_targets: bool = _setting(
+        False,
+        "regression tasks (STS-B): loss in units of the training labels' variance, head starting at their mean, "
+        "so a 0-5 score weighs in the shared encoder like a class loss; scores and predictions stay in label units",
+    )
     lr: float = _setting(2e-5, "peak learning rate of the shared encoder (AdamW, warm-up then linear decay)")
     adapter_lr: float | None = _setting(None, "learning rate of the task-specific parameters (default: lr)")
     warmup_ratio: float = _setting(0.1, "fraction of the steps with linear warm-up")

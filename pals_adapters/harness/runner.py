@@ -44,6 +44,16 @@ def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) ->
     return train
 
 
+def regression_label_stats(train: dict[str, datasets.Dataset], specs: dict[str, TaskSpec]) -> dict:
+    """Mean and standard deviation of the training labels of each regression task."""
+    stats = {}
+    for name, spec in specs.items():
+        if spec.is_regression:
+            labels = torch.tensor(train[name]["label"], dtype=torch.float64)
+            stats[name] = (float(labels.mean()), float(labels.std(unbiased=False)))
+    return stats
+
+
 def load_dev_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, dict[str, "datasets.Dataset"]]:
     """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
     dev = {}
@@ -168,6 +178,8 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
     model = build_model(base_source, specs, method, config.base)
+    if config.standardise_targets:
+        model.standardise_targets(regression_label_stats(train, specs))
     if shared is not None:
         load_shared_modules(model, Path(shared.source) if shared.base_mode == "finetune" else None)
     if shared is not None and fingerprint_model(model) != shared.fingerprint:

@@ -16,7 +16,6 @@ from transformers import Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from .evaluation import evaluate_tasks
-from .model import task_loss
 from .sampling import select_uncertain
 
 
@@ -114,7 +113,7 @@ class MultiTaskTrainer(Trainer):
             batch = {k: v[index] for k, v in candidates[name].items()}
             labels = batch.pop("labels")
             logits = model(task=name, **batch)["logits"]
-            total = total + task_loss(base.tasks[name], logits, labels) * len(rows)
+            total = total + base.loss(name, logits, labels) * len(rows)
             self._task_mix[name] += len(rows) / len(chosen)
         return total / len(chosen)
 

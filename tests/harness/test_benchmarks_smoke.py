@@ -130,3 +130,48 @@ def test_speed_memory_quick_on_a_tiny_model(tmp_path):
         "PALs training step with the base frozen / full fine-tuning step (base, all weights)",
     ]
     assert (tmp_path / "speed_memory_tiny.md").exists()
+
+
+def test_quality_trains_in_worker_processes_then_reports_from_the_cache(tmp_path, tiny_model_dir):
+    glue = REPO.parent / "shared" / "glue"
+    if not glue.is_dir():
+        pytest.skip("needs ../shared/glue")
+    common = ["--profile", "smoke", "--model", str(tiny_model_dir), "--glue-dir", str(glue), "--out", str(tmp_path)]
+    rows = ["--rows", "shared (heads only per task)", "PALs + annealed"]
+    script = str(BENCHMARKS / "quality.py")
+    done = subprocess.run([sys.executable, script, *common, *rows, "--jobs", "2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    logs = [(tmp_path / "smoke" / f"worker-{i}.log").read_text() for i in range(2)]
+    assert all(log.count("] average ") == 2 for log in logs)  # 4 runs (2 rows x 2 seeds), 2 per worker
+    report = json.loads((tmp_path / "smoke" / "quality.json").read_text())
+    assert [r["name"] for r in report["rows"]] == ["shared (heads only per task)", "PALs + annealed"]
+    assert report["paired_differences_pals_minus_row"]["shared (heads only per task)"]["average"]["n"] == 2
+    assert report["rows_not_finished"] == []
+    # --report-only trains nothing: a row whose runs are missing is listed as not finished.
+    again = subprocess.run(
+        [sys.executable, script, *common, "--report-only", "--rows", "PALs + annealed", "low-rank"],
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    report = json.loads((tmp_path / "smoke" / "quality.json").read_text())
+    assert [r["name"] for r in report["rows"]] == ["PALs + annealed"] and report["rows_not_finished"] == ["low-rank"]
+    assert not (tmp_path / "smoke" / "runs" / "low_rank-finetune-annealed-cola+sst2+mrpc+stsb+rte-s0").exists()
+
+
+def test_a_cached_run_from_before_a_new_setting_counts_at_its_default(monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
+    from dataclasses import asdict
+
+    from _common import same_settings
+
+    from pals_adapters.harness import RunConfig
+
+    config = RunConfig(model="m", tasks=["rte"], output_dir="a")
+    recorded = json.loads(json.dumps(asdict(config)))
+    del recorded["standardise_targets"]  # a run cached before the setting existed
+    assert same_settings(recorded, config)
+    assert not same_settings(recorded, RunConfig(model="m", tasks=["rte"], output_dir="a", standardise_targets=True))
+    assert not same_settings({**recorded, "lr": 1.0}, config)
+    assert same_settings({**recorded, "output_dir": "elsewhere"}, config)
+    assert not same_settings({**recorded, "output_dir": "elsewhere"}, config, ignore=())
