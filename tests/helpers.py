@@ -1,5 +1,6 @@
 """Small models and batches shared by the tests (import them with ``from helpers import ...``)."""
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -69,3 +70,33 @@ def fake_checkpoint(folder, missing=(), step=4):
         if name not in missing:
             write(folder / name)
     return folder
+
+
+def tiny_run_config(model_dir, out, method="pals", **changes):
+    """A harness run of a few steps on a tiny model and a few GLUE examples; ``changes`` override."""
+    # Imported here: the core tests use this module too, and the core must not need the harness.
+    from pals_adapters.harness import RunConfig
+
+    settings = dict(
+        model=str(model_dir),
+        glue_dir=str(glue_dir()),
+        method=method,
+        max_steps=4,
+        batch_size=8,
+        max_length=32,
+        lr=1e-3,
+        max_train_examples=32,
+        max_eval_examples=16,
+        logging_steps=2,
+        output_dir=str(out),
+    )
+    return RunConfig(**{**settings, **changes})
+
+
+def file_hashes(folder):
+    """sha256 of every file under ``folder``, by relative path."""
+    return {
+        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

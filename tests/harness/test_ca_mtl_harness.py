@@ -2,11 +2,9 @@
 MT-Uncertainty, the export (task embedding + head per task, the conditional modules once with the base),
 loading it back, and adding a task later."""
 
-import hashlib
-
 import pytest
 import torch
-from helpers import glue_dir, tiny_bert_config
+from helpers import file_hashes, glue_dir, tiny_bert_config, tiny_run_config
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -116,28 +114,7 @@ pytestmark_glue = pytest.mark.skipif(glue_dir() is None, reason="needs the share
 
 
 def settings(model_dir, out, **changes):
-    base = dict(
-        model=str(model_dir),
-        glue_dir=str(glue_dir()),
-        method="ca_mtl",
-        max_steps=4,
-        batch_size=8,
-        max_length=32,
-        lr=1e-3,
-        max_train_examples=32,
-        max_eval_examples=16,
-        logging_steps=2,
-        output_dir=str(out),
-    )
-    return RunConfig(**{**base, **changes})
-
-
-def file_hashes(folder):
-    return {
-        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    return tiny_run_config(model_dir, out, **{"method": "ca_mtl", **changes})
 
 
 @pytest.fixture(scope="module")

@@ -1,43 +1,19 @@
 """Adding a task later: only its parameters train, against the export's shared base; the old tasks stay."""
 
-import hashlib
-
 import pytest
-from helpers import glue_dir
+from helpers import file_hashes, glue_dir, tiny_run_config
 from transformers import AutoTokenizer
 
 from pals_adapters.errors import ConfigError
 from pals_adapters.harness.evaluation import evaluate_tasks
 from pals_adapters.harness.export import load_task, load_tasks
-from pals_adapters.harness.runner import RunConfig, load_dev_sets, run
+from pals_adapters.harness.runner import load_dev_sets, run
 
 pytestmark = pytest.mark.skipif(glue_dir() is None, reason="needs the shared GLUE folder")
 
 
 def settings(model_dir, out, **changes):
-    base = dict(
-        model=str(model_dir),
-        glue_dir=str(glue_dir()),
-        method="pals",
-        sampler="proportional",
-        max_steps=4,
-        batch_size=8,
-        max_length=32,
-        lr=1e-3,
-        max_train_examples=32,
-        max_eval_examples=16,
-        logging_steps=2,
-        output_dir=str(out),
-    )
-    return RunConfig(**{**base, **changes})
-
-
-def file_hashes(folder):
-    return {
-        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    return tiny_run_config(model_dir, out, **{"method": "pals", "sampler": "proportional", **changes})
 
 
 @pytest.fixture(scope="module")
