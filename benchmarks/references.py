@@ -69,7 +69,7 @@ def run_cached(cache: Path, run_id: str, config: RunConfig) -> dict:
     cached = folder / "results.json"
     if cached.exists():
         results = json.loads(cached.read_text())
-        if same_settings(results["config"], config, ignore=()):
+        if same_settings(results["config"], config):  # the same folder, wherever the checkout is
             return results
     results = run(config)  # writes results.json, with the run's wall time
     print(
