@@ -81,18 +81,19 @@ def register() -> None:
                 _wrap(cls, method, _file_policy)
 
 
-def _wrap(owner, name, wrapper, static=False):
-    """Replaces ``owner.name`` by a function calling ``wrapper(original, *args, **kwargs)``, once."""
+def _wrap(owner, name, wrapper, static=False, marker=_PATCHED):
+    """Replaces ``owner.name`` by a function calling ``wrapper(original, *args, **kwargs)``, once per
+    ``marker`` (CA-MTL passes its own, so its patches stack on the PAL ones of the same functions)."""
     original = vars(owner)[name]
     original = original.__func__ if static else original
-    if getattr(original, _PATCHED, False):
+    if getattr(original, marker, False):
         return
 
     @functools.wraps(original)
     def patched(*args, **kwargs):
         return wrapper(original, *args, **kwargs)
 
-    setattr(patched, _PATCHED, True)
+    setattr(patched, marker, True)
     setattr(owner, name, staticmethod(patched) if static else patched)
 
 

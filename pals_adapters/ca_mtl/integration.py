@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import AdapterLoadError, ConfigError, UnsupportedModelError
+from ..integration import _wrap as core_wrap
 from ..integration import follow_safe_file_policy
 from .config import CA_MTL_PRESETS, CAMTLConfig
 from .layer import (
@@ -76,18 +77,7 @@ def register() -> None:
 
 
 def _wrap(owner, name, wrapper, static=False):
-    """Replaces ``owner.name`` by a function calling ``wrapper(original, *args, **kwargs)``, once."""
-    original = vars(owner)[name]
-    original = original.__func__ if static else original
-    if getattr(original, _PATCHED, False):
-        return
-
-    @functools.wraps(original)
-    def patched(*args, **kwargs):
-        return wrapper(original, *args, **kwargs)
-
-    setattr(patched, _PATCHED, True)
-    setattr(owner, name, staticmethod(patched) if static else patched)
+    core_wrap(owner, name, wrapper, static=static, marker=_PATCHED)
 
 
 # --- 1. config resolution ---
