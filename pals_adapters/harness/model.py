@@ -46,7 +46,7 @@ class MultiTaskModel(nn.Module):
     def standardise_targets(self, label_stats: dict[str, tuple[float, float]]) -> None:
         """Regression heads start at their task's label mean and their loss is divided by the label
         variance: an MSE of 1 then means "as good as predicting the mean", on a par with a class loss
-        near log 2, instead of the ~7 of a 0-5 score against a head starting at 0. Predictions keep
+        near log 2, instead of the ~9 of a 0-5 score against a head starting at 0. Predictions keep
         label units, so metrics, exports and serving are unchanged."""
         for task, (mean, std) in label_stats.items():
             if not self.tasks[task].is_regression:
