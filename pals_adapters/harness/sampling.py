@@ -331,14 +331,20 @@ def select_uncertain(
 
     Score of example ``j`` of task ``t``: ``u_tj * m_t / max_k m_k`` where
     ``u_tj = H(softmax(logits_tj)) / log C_t`` and ``m_t`` is the mean ``u``
-    of task ``t``'s candidates. Regression outputs carry no predictive
-    distribution, so each regression example gets the median ``u`` over all
-    classification candidates of this call (neutral: neither favoured nor
-    starved), or 1.0 when there are none (all-regression rounds then select
-    in candidate order).
+    of task ``t``'s candidates (``k`` over the classification tasks).
 
-    Returns ``(task index, example index)`` pairs, highest score first; ties
-    keep candidate order (task, then example), so the result is deterministic.
+    Regression outputs carry no predictive distribution, so a regression task
+    is not ranked: it keeps its proportional share of the ``top_b`` rows,
+    ``top_b * B_t / sum(B)`` (largest remainders, ties to the earlier task),
+    taken in candidate order, as a uniform draw over all candidates would give
+    it on average. (Any single stand-in score starves it instead: the top
+    ``b`` of ``sum(B)`` rows are the upper tail of the classification scores,
+    above any typical value such as their median.) Classification tasks fill
+    the remaining rows by score.
+
+    Returns ``(task index, example index)`` pairs: the classification picks,
+    highest score first, ties in candidate order (task, then example), then
+    each regression task's rows; the result is deterministic.
     """
     num_tasks = len(logits_per_task)
     if num_tasks == 0:
@@ -387,26 +393,31 @@ def select_uncertain(
             "lower top_b or draw larger candidate batches"
         )
 
-    classified = [u for u in per_example if u is not None and u.numel() > 0]
-    if classified:
-        # quantile(0.5) averages the two middle values (torch.median would not).
-        neutral = float(torch.quantile(torch.cat(classified), 0.5))
-    else:
-        neutral = 1.0
-    scores_u = [
-        u if u is not None else torch.full((n,), neutral, dtype=torch.float64) for u, n in zip(per_example, sizes)
-    ]
-
+    quotas = _proportional_shares(sizes, top_b)
+    regression_rows = [(t, j) for t, u in enumerate(per_example) if u is None for j in range(quotas[t])]
+    ranked = [t for t, u in enumerate(per_example) if u is not None]
+    slots = top_b - len(regression_rows)
+    if not ranked or slots == 0:
+        return regression_rows
     # Task means over non-empty batches; an empty batch has no candidates to scale.
-    means = [float(u.mean()) if u.numel() > 0 else 0.0 for u in scores_u]
+    means = [float(per_example[t].mean()) if per_example[t].numel() > 0 else 0.0 for t in ranked]
     top_mean = max(means)
     factors = [m / top_mean if top_mean > 0 else 1.0 for m in means]
-    scores = torch.cat([u * f for u, f in zip(scores_u, factors)]).numpy()
-
-    pairs = [(t, j) for t, n in enumerate(sizes) for j in range(n)]
+    scores = torch.cat([per_example[t] * f for t, f in zip(ranked, factors)]).numpy()
+    pairs = [(t, j) for t in ranked for j in range(sizes[t])]
     # Stable sort on the negated score: descending, ties in candidate order.
-    order = np.argsort(-scores, kind="stable")[:top_b]
-    return [pairs[i] for i in order]
+    order = np.argsort(-scores, kind="stable")[:slots]
+    return [pairs[i] for i in order] + regression_rows
+
+
+def _proportional_shares(sizes: Sequence[int], total: int) -> list[int]:
+    """``total`` split in proportion to ``sizes`` (largest remainders; ties to the earlier index)."""
+    exact = [total * n / sum(sizes) for n in sizes]
+    shares = [math.floor(x) for x in exact]
+    by_remainder = sorted(range(len(sizes)), key=lambda t: -(exact[t] - shares[t]))
+    for t in by_remainder[: total - sum(shares)]:
+        shares[t] += 1
+    return shares
 
 
 # --------------------------------------------------------------------------

@@ -307,21 +307,15 @@ def test_property_resumed_sequence_equal(sizes, strategy, seed, start, resume_at
 # ---------------------------------------------------------------- select_uncertain
 
 
-def reference_scores(logits, num_classes, is_regression):
-    """Independent numpy version of the MT-Uncertainty score, for cross-checking."""
+def reference_scores(logits, num_classes):
+    """Independent numpy version of the MT-Uncertainty score of classification tasks."""
     u = []
-    for out, c, reg in zip(logits, num_classes, is_regression):
-        if reg:
-            u.append(None)
-            continue
+    for out, c in zip(logits, num_classes):
         x = out.double().numpy()
         p = np.exp(x - x.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
         h = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
         u.append(h / math.log(c))
-    cls = [v for v in u if v is not None]
-    neutral = float(np.median(np.concatenate(cls))) if cls else 1.0
-    u = [v if v is not None else np.full(len(out), neutral) for v, out in zip(u, logits)]
     means = np.array([v.mean() for v in u])
     return [v * m / means.max() for v, m in zip(u, means)]
 
@@ -335,11 +329,11 @@ def test_select_uncertain_uniform_logits_score_highest():
     # Task 0's uniform example has u=1 and task 0's mean is higher, so it wins;
     # task 1's uniform example (u=1) is second, scaled by its lower task mean.
     assert picked == [(0, 1), (1, 0)]
-    scores = reference_scores(logits, [3, 2], [False, False])
+    scores = reference_scores(logits, [3, 2])
     assert scores[0][1] == pytest.approx(1.0)
     # Task 1's uniform example is scaled by m_1 / m_0 (task 0 has the larger mean).
-    u0 = reference_scores(logits[:1], [3], [False])[0]
-    u1 = reference_scores(logits[1:], [2], [False])[0]
+    u0 = reference_scores(logits[:1], [3])[0]
+    u1 = reference_scores(logits[1:], [2])[0]
     assert scores[1][0] == pytest.approx(u1.mean() / u0.mean())
     ranked = sorted(
         ((s, t, j) for t, v in enumerate(scores) for j, s in enumerate(v)),
@@ -353,7 +347,7 @@ def test_select_uncertain_task_scaling_factor():
     # about 0.5 against task 1's 1.0, so task 0's uniform example is scaled to ~0.5.
     logits = [torch.tensor([[0.0, 0.0], [30.0, -30.0]]), torch.zeros(2, 2)]
     assert select_uncertain(logits, [2, 2], top_b=3) == [(1, 0), (1, 1), (0, 0)]
-    ref = reference_scores(logits, [2, 2], [False, False])
+    ref = reference_scores(logits, [2, 2])
     assert ref[0][0] == pytest.approx(0.5, abs=1e-6)
 
 
@@ -369,40 +363,47 @@ def test_select_uncertain_matches_reference_on_random_logits():
         torch.randn(5, 2, generator=gen),
         torch.randn(6, 7, generator=gen) * 2,
     ]
-    scores = reference_scores(logits, [3, 2, 7], [False] * 3)
+    scores = reference_scores(logits, [3, 2, 7])
     flat = np.concatenate(scores)
     pairs = [(t, j) for t, v in enumerate(scores) for j in range(len(v))]
     expected = [pairs[i] for i in np.argsort(-flat, kind="stable")[:10]]
     assert select_uncertain(logits, [3, 2, 7], top_b=10) == expected
 
 
-def test_select_uncertain_regression_gets_median_score():
-    # u for the classification task: 1.0, ~0.81 (p = 1/4, 3/4), ~0 -> median ~0.81.
-    cls = torch.tensor([[0.0, 0.0], [0.0, math.log(3.0)], [40.0, -40.0]])
-    reg = torch.tensor([0.3, -1.2])  # regression predictions, shape (B,)
-    u_mid = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) / math.log(2)
-    picked = select_uncertain([cls, reg], [2, 1], top_b=5, is_regression=[False, True])
-    # Task means: cls (1 + u_mid + 0) / 3 ~ 0.60, regression u_mid ~ 0.81 (the top).
-    m_cls, m_reg = (1 + u_mid) / 3, u_mid
-    assert m_reg > m_cls
-    expected = sorted(
-        [
-            (1.0 * m_cls / m_reg, 0, 0),
-            (u_mid * m_cls / m_reg, 0, 1),
-            (0.0, 0, 2),
-            (u_mid, 1, 0),
-            (u_mid, 1, 1),
-        ],
-        key=lambda x: -x[0],
-    )
-    assert picked == [(t, j) for _, t, j in expected]
+def test_select_uncertain_regression_keeps_its_proportional_share():
+    gen = torch.Generator().manual_seed(0)
+    cls = [torch.randn(32, 2, generator=gen), torch.randn(32, 3, generator=gen)]
+    reg = torch.randn(32, generator=gen)  # regression predictions, shape (B,)
+    picked = select_uncertain([cls[0], reg, cls[1]], [2, 1, 3], top_b=32, is_regression=[False, True, False])
+    # 32 * 32 / 96 = 10.67 -> 11 regression rows (the largest remainder), in candidate order, last.
+    assert picked[-11:] == [(1, j) for j in range(11)]
+    # The other 21 are the top classification rows by score, ranked without the regression task.
+    scores = reference_scores(cls, [2, 3])
+    pairs = [(t, j) for t in (0, 2) for j in range(32)]
+    expected = [pairs[i] for i in np.argsort(-np.concatenate(scores), kind="stable")[:21]]
+    assert picked[:21] == expected
     # (B, 1) regression outputs are accepted too.
-    assert picked == select_uncertain([cls, reg[:, None]], [2, 1], top_b=5, is_regression=[False, True])
+    assert picked == select_uncertain(
+        [cls[0], reg[:, None], cls[1]], [2, 1, 3], top_b=32, is_regression=[False, True, False]
+    )
 
 
-def test_select_uncertain_all_regression_is_neutral():
+def test_select_uncertain_regression_is_not_starved_by_confident_classifiers():
+    # The case that starved STS-B with a median stand-in score: the top b rows of five tasks'
+    # candidates are the upper tail of the classification scores, above any typical value.
+    gen = torch.Generator().manual_seed(1)
+    cls = [torch.randn(32, 2, generator=gen) * 4 for _ in range(4)]
+    outs = cls[:3] + [torch.randn(32, generator=gen)] + cls[3:]
+    regression = [False, False, False, True, False]
+    picked = select_uncertain(outs, [2, 2, 2, 1, 2], top_b=32, is_regression=regression)
+    assert sum(t == 3 for t, _ in picked) == 6  # 32 * 32 / 160 = 6.4
+    assert len(set(picked)) == 32
+
+
+def test_select_uncertain_all_regression_splits_by_size():
     outs = [torch.randn(3), torch.randn(2)]
-    assert select_uncertain(outs, [1, 1], top_b=4, is_regression=[True, True]) == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    # 4 * 3/5 = 2.4 and 4 * 2/5 = 1.6: floors 2 and 1, the remaining row to the larger remainder.
+    assert select_uncertain(outs, [1, 1], top_b=4, is_regression=[True, True]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
 @pytest.mark.parametrize(
