@@ -99,7 +99,7 @@ class RunConfig:
     resume: str | None = _setting(
         None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder"
     )
-    precision: str = _setting("fp32", "fp32, or fp16 / bf16 on a GPU")
+    precision: str = _setting("fp32", "fp32; bf16 (autocast, on a GPU or a CPU); fp16 (GPU)")
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
     add_to: str | None = _setting(
         None,
@@ -252,8 +252,8 @@ def _check_choices(config: RunConfig) -> None:
         raise UnknownNameError("data source", config.data_source, SOURCES)
     if config.precision not in PRECISIONS:
         raise ConfigError(f"precision={config.precision!r}: choose {', '.join(PRECISIONS)}")
-    if config.precision != "fp32" and not torch.cuda.is_available():
-        raise ConfigError(f"precision={config.precision!r} needs a CUDA GPU; use fp32 on this machine")
+    if config.precision == "fp16" and not torch.cuda.is_available():
+        raise ConfigError("precision='fp16' needs a CUDA GPU; on a CPU use bf16 (autocast) or fp32")
 
 
 def _check_added_tasks(config: RunConfig, specs: dict[str, TaskSpec]) -> None:

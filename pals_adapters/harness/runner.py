@@ -121,7 +121,8 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         ddp_find_unused_parameters=True,
         # Without it, accelerate sees no device to distribute over on a CPU-only machine: under torchrun
         # every rank would then train on its own (DistributedType.NO) instead of using gloo DDP.
-        use_cpu=world_size > 1 and not torch.cuda.is_available(),
+        # bf16 without a GPU: Trainer autocasts on the CPU only when told to use it (fp32 master weights).
+        use_cpu=(world_size > 1 or config.precision == "bf16") and not torch.cuda.is_available(),
         disable_tqdm=False,
     )
     return MultiTaskTrainer(

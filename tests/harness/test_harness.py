@@ -325,3 +325,46 @@ def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
         second = load_task(tmp_path / "again" / task, base=str(tiny_model_dir))
         with torch.no_grad():
             assert torch.equal(first(task, ids)["logits"], second(task, ids)["logits"])
+
+
+# --- precision ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path: with a GPU, bf16 runs there")
+def test_bf16_without_a_gpu_trains_under_cpu_autocast_and_exports_float32(tmp_path, tiny_model_dir, monkeypatch):
+    from helpers import tiny_run_config
+    from safetensors.torch import load_file
+
+    from pals_adapters.harness.runner import run
+    from pals_adapters.harness.trainer import MultiTaskTrainer
+
+    seen = []
+    compute_loss = MultiTaskTrainer.compute_loss
+
+    def recording(self, model, inputs, *args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(MultiTaskTrainer, "compute_loss", recording)
+    results = run(tiny_run_config(tiny_model_dir, tmp_path / "run", tasks=["rte", "stsb"], precision="bf16"))
+    assert seen and all(enabled and dtype == torch.bfloat16 for enabled, dtype in seen)
+    assert results["device"] == "cpu"
+    losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
+    assert losses and all(np.isfinite(losses))
+    # Master weights stay float32: what is exported is float32.
+    for task in ("rte", "stsb"):
+        files = list((tmp_path / "run" / "export" / task).glob("*.safetensors"))
+        assert files
+        for file in files:
+            assert {t.dtype for t in load_file(str(file)).values()} == {torch.float32}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU fp16 is allowed")
+def test_fp16_without_a_gpu_is_refused_before_anything_loads(tmp_path):
+    from helpers import tiny_run_config
+
+    from pals_adapters.harness.runner import run
+
+    with pytest.raises(ConfigError, match="bf16"):
+        run(tiny_run_config(tmp_path / "no-such-model", tmp_path / "run", precision="fp16"))
+    assert not (tmp_path / "run").exists()
