@@ -19,6 +19,19 @@ from .evaluation import evaluate_tasks
 from .sampling import select_uncertain
 
 
+@contextlib.contextmanager
+def _without_mixed_precision(model):
+    """Runs ``model`` in float32 inside the block. Under fp16/bf16, accelerate replaces the model's
+    ``forward`` by an autocast wrapper on the instance; the dev scores are taken without it, so that
+    they are the scores of the float32 weights that are checkpointed, exported and served."""
+    wrapped = model.__dict__.pop("forward", None)
+    try:
+        yield
+    finally:
+        if wrapped is not None:
+            model.forward = wrapped
+
+
 class MultiTaskTrainer(Trainer):
     def __init__(
         self,
@@ -184,7 +197,8 @@ class MultiTaskTrainer(Trainer):
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Per-task dev metrics and their average (``eval_average``, usable to pick the best checkpoint)."""
         model = self.accelerator.unwrap_model(self.model)
-        results = evaluate_tasks(model, self.eval_sets, self.processing_class, self.args.per_device_eval_batch_size)
+        with _without_mixed_precision(model):
+            results = evaluate_tasks(model, self.eval_sets, self.processing_class, self.args.per_device_eval_batch_size)
         metrics = {f"{metric_key_prefix}_{k}": v for k, v in results.items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)

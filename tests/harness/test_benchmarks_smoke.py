@@ -132,6 +132,47 @@ def test_speed_memory_quick_on_a_tiny_model(tmp_path):
     assert (tmp_path / "speed_memory_tiny.md").exists()
 
 
+@pytest.mark.slow
+def test_cpu_precision_times_both_precisions_on_the_configs_batches(tmp_path, tiny_model_dir):
+    from helpers import glue_dir
+
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"model: {tiny_model_dir}\ntasks: [rte, stsb]\nmethod: pals\nbase: finetune\nsampler: annealed\n"
+        "max_steps: 12\nsteps_per_epoch: 4\nbatch_size: 4\nmax_length: 32\nmax_train_examples: 24\n"
+    )
+    out = run_script(
+        "cpu_precision.py",
+        "--config",
+        str(config),
+        "--glue-dir",
+        str(glue_dir()),
+        "--rounds",
+        "2",
+        "--steps",
+        "3",
+        "--threads",
+        "1",
+        tmp_path=tmp_path,
+    )
+    assert "bf16 / fp32 examples per second" in out  # the ratio is printed, not checked
+    data = json.loads((tmp_path / "cpu_precision.json").read_text())
+    # Two stretches per precision (steps 0-2 and 6-8 of the run's 12), two timed steps each.
+    assert {p: [len(r) for r in rounds] for p, rounds in data["step_seconds"].items()} == {
+        "fp32": [2, 2],
+        "bf16": [2, 2],
+    }
+    assert data["tasks"] == ["rte", "stsb"] and data["batch_size"] == 4 and data["total_steps"] == 12
+    assert data["bf16_speedup"] > 0 and len(data["round_speedups"]) == 2
+
+
+def test_cpu_precision_refuses_stretches_that_do_not_fit(tmp_path):
+    module = import_script("cpu_precision.py")
+    assert module.stretches(12, 2, 3) == [[0, 1, 2], [6, 7, 8]]
+    with pytest.raises(SystemExit, match="does not fit"):
+        module.stretches(12, 4, 4)
+
+
 def test_quality_trains_in_worker_processes_then_reports_from_the_cache(tmp_path, tiny_model_dir):
     glue = REPO.parent / "shared" / "glue"
     if not glue.is_dir():

@@ -335,6 +335,7 @@ def test_bf16_without_a_gpu_trains_under_cpu_autocast_and_exports_float32(tmp_pa
     from helpers import tiny_run_config
     from safetensors.torch import load_file
 
+    from pals_adapters.harness import evaluation
     from pals_adapters.harness.runner import run
     from pals_adapters.harness.trainer import MultiTaskTrainer
 
@@ -346,8 +347,22 @@ def test_bf16_without_a_gpu_trains_under_cpu_autocast_and_exports_float32(tmp_pa
         return compute_loss(self, model, inputs, *args, **kwargs)
 
     monkeypatch.setattr(MultiTaskTrainer, "compute_loss", recording)
+    # The dev scores are those of the float32 weights that are exported: no autocast inside the
+    # encoder while the dev sets are predicted (accelerate's wrapper would turn it on there).
+    evaluated = []
+    predict = evaluation.predict
+
+    def recording_predict(model, *args, **kwargs):
+        hook = model.encoder.register_forward_hook(lambda *_: evaluated.append(torch.is_autocast_enabled("cpu")))
+        try:
+            return predict(model, *args, **kwargs)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(evaluation, "predict", recording_predict)
     results = run(tiny_run_config(tiny_model_dir, tmp_path / "run", tasks=["rte", "stsb"], precision="bf16"))
     assert seen and all(enabled and dtype == torch.bfloat16 for enabled, dtype in seen)
+    assert evaluated and not any(evaluated)
     assert results["device"] == "cpu"
     losses = [entry["loss"] for entry in results["log_history"] if "loss" in entry]
     assert losses and all(np.isfinite(losses))
