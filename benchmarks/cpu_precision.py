@@ -21,7 +21,6 @@ from pathlib import Path
 
 import torch
 import yaml
-from torch.utils.data import Subset
 from transformers import AutoTokenizer
 
 from pals_adapters.harness.methods import get_method
@@ -30,7 +29,7 @@ from pals_adapters.harness.runner import RunConfig, build_trainer, load_train_se
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, machine_info, markdown_table, write_results  # noqa: E402
-from throughput import StepClock  # noqa: E402
+from throughput import StepClock, timed_stretch  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16")
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "main_job.yaml"
@@ -109,7 +108,6 @@ def main(argv=None):
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     train = load_train_sets(config, specs, tokenizer)
     model = build_model(model_path, specs, get_method(config.method), config.base)
-    stream = build_trainer(config, model, tokenizer, train, {}).train_dataset  # the run's own batch stream
 
     trainers = {}
     for precision in PRECISIONS:
@@ -117,16 +115,11 @@ def main(argv=None):
         trainer.args.disable_tqdm = True
         trainer.add_callback(StepClock())
         trainers[precision] = trainer
+    stream = trainers["fp32"].train_dataset  # the run's own batch stream (the same for both precisions)
     seconds = {p: [] for p in PRECISIONS}
     for r, steps in enumerate(stretches(config.max_steps, args.rounds, args.steps)):
         for precision, trainer in trainers.items():
-            clock = next(c for c in trainer.callback_handler.callbacks if isinstance(c, StepClock))
-            clock.intervals = []
-            trainer.train_dataset = Subset(stream, steps)
-            trainer.args.max_steps = len(steps)
-            trainer.optimizer, trainer.lr_scheduler = None, None
-            trainer.train()
-            seconds[precision].append([wall for wall, _ in clock.intervals])
+            seconds[precision].append([wall for wall, _ in timed_stretch(trainer, stream, steps)])
         print(
             f"round {r + 1}/{args.rounds} (steps {steps[0]}-{steps[-1]}): s/step "
             + ", ".join(f"{p} {statistics.mean(seconds[p][-1]):.3f}" for p in PRECISIONS),

@@ -62,6 +62,18 @@ class StepClock(TrainerCallback):
         self.last = now
 
 
+def timed_stretch(trainer, stream, steps):
+    """Trains ``trainer`` (which has a StepClock) on ``steps`` of ``stream`` from a fresh optimiser
+    and schedule; returns the clock's (wall, CPU) intervals for that stretch."""
+    clock = next(c for c in trainer.callback_handler.callbacks if isinstance(c, StepClock))
+    clock.intervals = []
+    trainer.train_dataset = Subset(stream, steps)
+    trainer.args.max_steps = len(steps)
+    trainer.optimizer, trainer.lr_scheduler = None, None
+    trainer.train()
+    return clock.intervals
+
+
 def bare_loop(model, batches, steps, lr, clock):
     """The same training step without the Trainer: forward, backward, clip, AdamW, schedule."""
     params = model.trainable_parameters()
@@ -286,13 +298,7 @@ def main(argv=None):
         for t in threads:
             torch.set_num_threads(t)
             for name, trainer in trainers.items():
-                clock = next(c for c in trainer.callback_handler.callbacks if isinstance(c, StepClock))
-                clock.intervals = []
-                trainer.train_dataset = Subset(streams[name], steps)
-                trainer.args.max_steps = len(steps)
-                trainer.optimizer, trainer.lr_scheduler = None, None
-                trainer.train()
-                clocks[name][t] += clock.intervals
+                clocks[name][t] += timed_stretch(trainer, streams[name], steps)
             bare_loop(model, streams["grouped"], steps, config.lr, clocks["bare"][t])
             print(
                 f"round {r + 1}/{args.rounds}, {t} thread(s), wall/CPU s per step: "

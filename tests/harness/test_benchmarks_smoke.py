@@ -166,7 +166,7 @@ def test_cpu_precision_times_both_precisions_on_the_configs_batches(tmp_path, ti
     assert data["bf16_speedup"] > 0 and len(data["round_speedups"]) == 2
 
 
-def test_cpu_precision_refuses_stretches_that_do_not_fit(tmp_path):
+def test_cpu_precision_refuses_stretches_that_do_not_fit():
     module = import_script("cpu_precision.py")
     assert module.stretches(12, 2, 3) == [[0, 1, 2], [6, 7, 8]]
     with pytest.raises(SystemExit, match="does not fit"):
