@@ -15,13 +15,10 @@ from .integration import (
     SUPPORTED_MODEL_TYPES,
     attach_ca_mtl,
     ca_mtl_modules,
+    detach_ca_mtl,
     is_ca_mtl_adapter,
-    load_shared_modules,
-    load_shared_state_dict,
     register,
     reinitialize_top_layer,
-    save_shared_modules,
-    shared_state_dict,
     trainable_shared_parameters,
 )
 from .modeling import (
@@ -33,6 +30,14 @@ from .modeling import (
     ConditionalLayerNorm,
     FiLM,
     film,
+)
+from .shared import (
+    SHARED_CONFIG_FILE,
+    SHARED_MODULES_FILE,
+    load_shared_modules,
+    load_shared_state_dict,
+    save_shared_modules,
+    shared_state_dict,
 )
 
 __all__ = [
@@ -47,10 +52,13 @@ __all__ = [
     "ConditionalLayer",
     "ConditionalLayerNorm",
     "FiLM",
+    "SHARED_CONFIG_FILE",
+    "SHARED_MODULES_FILE",
     "SUPPORTED_MODEL_TYPES",
     "attach_ca_mtl",
     "ca_mtl_modules",
     "count_ca_mtl_parameters",
+    "detach_ca_mtl",
     "film",
     "is_ca_mtl_adapter",
     "load_shared_modules",

@@ -1,9 +1,10 @@
 """Registers CA-MTL with the `adapters` library, and the functions that work on a model's CA-MTL part.
 
-`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` makes three small,
-idempotent patches. Each wraps (never replaces) the library's code, and passes every call that does
-not concern a CA-MTL adapter through unchanged; they carry their own marker attribute, so they sit on
-top of the PAL patches of the same functions (in either order) without being skipped or doubled:
+`adapters` 1.3 has no public hook for a new adapter *method*, so `register()` makes small, idempotent
+patches: the three below, and those of `contract` (the library's generic calls: summary, delete, load,
+merge, fusion). Each wraps (never replaces) the library's code, and passes every call that does not
+concern a CA-MTL adapter through unchanged; they carry their own marker attribute, so they sit on top
+of the PAL patches of the same functions (in either order) without being skipped or doubled:
 
 1. ``ADAPTER_CONFIG_MAP`` and ``AdapterConfig._get_config_class`` learn ``"ca_mtl"`` (``load_adapter``
    and ``from_pretrained`` read a config back as a dict keyed by ``"architecture"``).
@@ -24,23 +25,19 @@ removes the half-loaded adapter (a silently dropped task embedding would leave a
 
 The shared conditional modules are not part of any single adapter's files (like a fine-tuned base,
 they belong to every task): save and load them with `save_shared_modules` / `load_shared_modules`
-(or as part of the whole model's state dict).
+(`shared`), or as part of the whole model's state dict.
 """
 
 import functools
-import json
-import os
-from pathlib import Path
 
 import torch
 from adapters import ADAPTER_CONFIG_MAP, AdapterConfig
 from adapters.composition import parse_composition
 from adapters.methods.adapter_layer_base import AdapterLayerBase
 from adapters.model_mixin import ModelAdaptersMixin
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import AdapterLoadError, ConfigError, UnsupportedModelError
+from ..errors import ConfigError, UnsupportedModelError
 from ..integration import _wrap as core_wrap
 from ..integration import follow_safe_file_policy
 from .config import CA_MTL_PRESETS, CAMTLConfig
@@ -56,8 +53,6 @@ from .modeling import CAMTLModules
 # BERT's block structure: embeddings -> layers (attention with .output.LayerNorm, intermediate,
 # output with .LayerNorm) -> pooler.
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
-SHARED_MODULES_FILE = "ca_mtl_shared.safetensors"
-SHARED_CONFIG_FILE = "ca_mtl_config.json"
 
 _PATCHED = "_pals_adapters_ca_mtl_patched"
 
@@ -74,6 +69,9 @@ def register() -> None:
     follow_safe_file_policy("ca_mtl", CAMTLConfig, "CA-MTL")
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
     _wrap(ModelAdaptersMixin, "train_adapter", _train_adapter)
+    from .contract import wrap_generic_calls  # it uses this module's functions
+
+    wrap_generic_calls(_wrap)
 
 
 def _wrap(owner, name, wrapper, static=False):
@@ -105,8 +103,8 @@ def ca_mtl_modules(model) -> CAMTLModules:
     return modules
 
 
-def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
-    """Creates the shared conditional modules, the task-embedding layer and the hooks of ``model`` (once)."""
+def check_model(model) -> None:
+    """Refuses a model CA-MTL does not fit (`UnsupportedModelError` saying why)."""
     base = model.base_model
     model_type = getattr(base.config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES or getattr(base, "adapter_interface", None) is not None:
@@ -116,9 +114,15 @@ def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
         )
     if getattr(base.config, "is_decoder", False):
         raise UnsupportedModelError("CA-MTL adapters need an encoder (config.is_decoder is set)")
+
+
+def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
+    """Creates the shared conditional modules, the task-embedding layer and the hooks of ``model`` (once)."""
+    check_model(model)
+    base = model.base_model
     existing = getattr(base, "ca_mtl", None)
     if isinstance(existing, CAMTLModules):
-        differences = _config_differences(existing.config, config)
+        differences = config_differences(existing.config, config)
         if differences:
             raise ConfigError(
                 "all CA-MTL adapters of a model share its conditional modules and need the same config; "
@@ -160,7 +164,30 @@ def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
     return modules
 
 
-def _config_differences(a: CAMTLConfig, b: CAMTLConfig) -> list[str]:
+_HOOKS = (align_embeddings, add_attention_bias, conditional_norm, conditional_bottleneck)
+
+
+def detach_ca_mtl(model) -> None:
+    """Removes what `attach_ca_mtl` added: the shared modules, the task-embedding layer and the hooks
+    (done when the model's last CA-MTL adapter is deleted)."""
+    base = model.base_model
+    for module in base.modules():
+        for hooks, extras in (
+            (module._forward_hooks, (module._forward_hooks_with_kwargs, module._forward_hooks_always_called)),
+            (module._forward_pre_hooks, (module._forward_pre_hooks_with_kwargs,)),
+        ):
+            for key in [k for k, hook in hooks.items() if getattr(hook, "func", None) in _HOOKS]:
+                del hooks[key]
+                for extra in extras:
+                    extra.pop(key, None)
+    for _, layer in base.iter_layers():
+        if isinstance(getattr(layer, "ca_mtl_tasks", None), CAMTLTaskEmbeddings):
+            del layer.ca_mtl_tasks
+    if isinstance(getattr(base, "ca_mtl", None), CAMTLModules):
+        del base.ca_mtl
+
+
+def config_differences(a: CAMTLConfig, b: CAMTLConfig) -> list[str]:
     left, right = a.to_dict(), b.to_dict()
     return [
         f"{k}: {left.get(k)!r} vs {right.get(k)!r}"
@@ -236,6 +263,7 @@ def _train_adapter(original, model, adapter_setup, *args, **kwargs):
     if setup is not None and any(is_ca_mtl_adapter(model, name) for name in setup.flatten()):
         for _, param in trainable_shared_parameters(model):
             param.requires_grad = True
+        ca_mtl_modules(model).waiting.clear()  # they train from where they are, as the caller chose
     return result
 
 
@@ -250,63 +278,3 @@ def reinitialize_top_layer(model) -> None:
     for module in layers[-1].modules():
         if any(id(p) in fresh for p in module.parameters(recurse=False)):
             base._init_weights(module)
-
-
-# --- the shared part on its own ---
-
-
-def shared_state_dict(model) -> dict[str, torch.Tensor]:
-    """The shared conditional modules' weights (names relative to them)."""
-    return ca_mtl_modules(model).state_dict()
-
-
-def load_shared_state_dict(model, state: dict[str, torch.Tensor], source: str = "the given state") -> None:
-    """Loads the shared conditional modules strictly: every name and shape must match; nothing is loaded otherwise."""
-    modules = ca_mtl_modules(model)
-    expected = modules.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shapes = sorted(k for k in set(state) & set(expected) if tuple(state[k].shape) != tuple(expected[k].shape))
-    problems = [
-        f"{label}: {keys[:4]}"
-        for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes))
-        if keys
-    ]
-    if problems:
-        raise AdapterLoadError(
-            f"CA-MTL shared modules in {source} do not match this model's; nothing was loaded. " + "; ".join(problems)
-        )
-    modules.load_state_dict(state, strict=True)
-
-
-def save_shared_modules(model, save_directory) -> Path:
-    """Writes the shared conditional modules (``ca_mtl_shared.safetensors``) and their config
-    (``ca_mtl_config.json``) to ``save_directory``."""
-    folder = Path(save_directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    modules = ca_mtl_modules(model)
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in modules.state_dict().items()}
-    save_file(tensors, str(folder / SHARED_MODULES_FILE), metadata={"format": "pt", "contents": "ca_mtl_shared"})
-    (folder / SHARED_CONFIG_FILE).write_text(json.dumps(modules.config.to_dict(), indent=2, sort_keys=True))
-    return folder
-
-
-def load_shared_modules(model, save_directory) -> None:
-    """Loads what `save_shared_modules` wrote into ``model`` (whose CA-MTL adapters must have the same
-    config). Strict: a different config, a missing or extra weight, or a wrong shape is an error."""
-    folder = Path(save_directory)
-    modules = ca_mtl_modules(model)
-    path = folder / SHARED_CONFIG_FILE
-    try:
-        saved = AdapterConfig.load(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise AdapterLoadError(f"{path} is not a CA-MTL config: {err}") from err
-    differences = (
-        _config_differences(saved, modules.config) if isinstance(saved, CAMTLConfig) else ["not a CA-MTL config"]
-    )
-    if differences:
-        raise AdapterLoadError(f"{path} does not match this model's CA-MTL config: {'; '.join(differences)}")
-    weights = folder / SHARED_MODULES_FILE
-    if not os.path.isfile(weights):
-        raise AdapterLoadError(f"{weights} is missing")
-    load_shared_state_dict(model, load_file(str(weights)), str(weights))

@@ -13,6 +13,7 @@
   output goes through the bottleneck.
 """
 
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -21,6 +22,7 @@ from adapters.context import ForwardContext
 from adapters.methods.adapter_layer_base import ComposableAdapterLayerBase
 from torch import nn
 
+from ..errors import AdapterLoadError
 from .config import CAMTLConfig
 from .modeling import CAMTLModules, ConditionalLayer, ConditionalLayerNorm
 
@@ -150,10 +152,32 @@ def align_embeddings(tasks: CAMTLTaskEmbeddings, modules: CAMTLModules, embeddin
         return None
     if context is None:
         raise RuntimeError("CA-MTL adapters are active but there is no forward context: run the model's forward")
+    if modules.waiting:
+        refuse_waiting_tasks(modules, adapter_setup)
     z = tasks.embeddings_for_rows(adapter_setup, output.shape[0], output)
     z = z.to(modules.task_transform.weight.dtype)
     context.ca_mtl_condition = CAMTLCondition(z, modules.task_transform(z))
     return modules.alignment(output, z).to(output.dtype)
+
+
+def refuse_waiting_tasks(modules: CAMTLModules, adapter_setup) -> None:
+    """Refuses a forward of tasks whose trained embedding was loaded onto shared modules that are still as
+    initialised (their outputs would be off, with no error): they need the modules they were trained with."""
+    waiting = {name: modules.waiting[name] for name in sorted(adapter_setup.flatten()) if name in modules.waiting}
+    if not waiting:
+        return
+    sources = "; ".join(f"'{name}' from {folder}" for name, folder in waiting.items())
+    hints = sorted(
+        {str(Path(folder).parent / "base") for folder in waiting.values() if (Path(folder).parent / "base").is_dir()}
+    )
+    hint = f" (for a pals-bench export: {', '.join(hints)})" if hints else ""
+    raise AdapterLoadError(
+        f"CA-MTL task embeddings were loaded ({sources}) but the shared conditional modules they were trained "
+        "with were not: this model's are as initialised, so its outputs would be wrong. Load them first, on "
+        "the encoder they were trained with: pals_adapters.ca_mtl.load_shared_modules(model, FOLDER), FOLDER "
+        f"being what save_shared_modules wrote or the base folder of a pals-bench export{hint}; or call "
+        "model.train_adapter(...) to train them from here"
+    )
 
 
 def add_attention_bias(layer: ConditionalLayer, attention: nn.Module, args: tuple, kwargs: dict):

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
+
 
 def _linear(in_features: int, out_features: int, init_range: float) -> nn.Linear:
     layer = nn.Linear(in_features, out_features)
@@ -66,7 +68,7 @@ class ConditionalAttentionBias(nn.Module):
     def forward(self, z: torch.Tensor, length: int) -> torch.Tensor:
         """``M(z)`` for ``length`` tokens: shape ``(B, 1, length, length)`` (broadcast over heads)."""
         if length > self.max_seq_length:
-            raise ValueError(
+            raise ConfigError(
                 f"a sequence of {length} tokens is longer than the conditional attention's block layout "
                 f"(max_seq_length={self.max_seq_length}): truncate the inputs, or add the adapters with a "
                 "larger max_seq_length"
@@ -167,7 +169,11 @@ class CAMTLModules(nn.Module):
     """Every weight CA-MTL_BASE shares across tasks, for one model: the task transformation (the encoder
     layers read ``z' = W_t z + b_t``; the alignment reads ``z``), the alignment and one `ConditionalLayer`
     per transformer layer (conditional LayerNorms from ``first_conditional_norm_layer`` on, the
-    bottleneck in the top layer)."""
+    bottleneck in the top layer).
+
+    ``waiting`` names the tasks (with the folder each came from) whose trained embedding was loaded onto
+    modules that this load created, as initialised: those tasks need the modules they were trained with.
+    Loading the modules' weights (or training them) ends the wait."""
 
     def __init__(
         self,
@@ -195,3 +201,10 @@ class CAMTLModules(nn.Module):
             )
             for i in range(num_layers)
         )
+        self.waiting: dict[str, str] = {}  # task -> the folder its embedding came from
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a state dict holding these modules' weights (model.load_state_dict, a whole-model checkpoint)
+        if any(key.startswith(prefix) for key in state_dict):
+            self.waiting.clear()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

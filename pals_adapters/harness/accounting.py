@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from ..accounting import ParameterCount, count_parameters
 from ..errors import UnknownNameError
 from .methods import METHODS, OLD_NAMES, get_method
-from .model import MultiTaskModel
+from .model import MultiTaskModel, pretrained_pooler
 from .tasks import TaskSpec
 
 # A stand-in task for building the model: only its number of labels matters for the count.
@@ -29,22 +31,30 @@ def count_method_parameters(
     """Like `pals_adapters.count_parameters`, for harness method names (``"peft_lora[r=16]"``,
     ``"top_pals"`` ...) too: the task parameters are those the method's backend declares."""
     name = method.split("[")[0].strip() if isinstance(method, str) else None
+    if isinstance(model_config, str):
+        model_config = AutoConfig.from_pretrained(model_config)
     if name in ("full", "shared") or (name not in METHODS and name not in OLD_NAMES):
         try:
-            return count_parameters(method, model_config, n_tasks, num_labels)
+            count = count_parameters(method, model_config, n_tasks, num_labels)
         except ValueError as err:
             if name is None:
                 raise
             raise UnknownNameError("method", name, list(METHODS)) from err
-    if isinstance(model_config, str):
-        model_config = AutoConfig.from_pretrained(model_config)
+        with torch.device("meta"):
+            has_pooler = pretrained_pooler(AutoModel.from_config(model_config)) is not None
+        if has_pooler:
+            return count
+        hidden = model_config.hidden_size  # the harness's first-token pooler of each task is part of its head
+        return dataclasses.replace(count, head_per_task=count.head_per_task + hidden * hidden + hidden)
     resolved = get_method(method)
     base_mode = "frozen" if resolved.allows_frozen_base else "finetune"
     with torch.device("meta"):
         encoder = AutoModel.from_config(model_config)
         base = sum(p.numel() for p in encoder.parameters())
         model = MultiTaskModel(encoder, {"task": _COUNTING_TASK}, resolved, base_mode)
-    per_task = sum(p.numel() for n, p in model.task_parameters("task") if not n.startswith("heads."))
-    head = model_config.hidden_size * num_labels + num_labels
+    heads = ("heads.", "task_poolers.")  # a task's first-token pooler (no pretrained pooler) is part of its head
+    per_task = sum(p.numel() for n, p in model.task_parameters("task") if not n.startswith(heads))
+    pooler = sum(p.numel() for n, p in model.task_parameters("task") if n.startswith("task_poolers."))
+    head = model_config.hidden_size * num_labels + num_labels + pooler
     shared = base + sum(t.numel() for t in model.backend.shared_state(model).values())  # CA-MTL's conditional modules
     return ParameterCount(method, base, shared, per_task, head, n_tasks)

@@ -18,25 +18,38 @@ import types
 import typing
 from pathlib import Path
 
-import numpy as np
 import torch
 import yaml
 
 from ..errors import ConfigError, PalsError
 from .accounting import count_method_parameters
 from .batches import tokenize
-from .data import load_split
+from .data import changed_files, load_split, locate_task_files
 from .evaluation import evaluate_tasks, predict
 from .export import EvaluationRecord, load_task, load_tokenizer
 from .export.manifest import read_task_manifest
 from .export.read import task_folders, task_spec_of
 from .metrics import glue_average
-from .readers import getter, iter_records
+from .readers import BadRow, getter, iter_records
 from .reexport import export_checkpoint
-from .report import results_table
-from .runner import RunConfig, resolve_task_names, run
+from .report import class_table, never_predicted, results_table
+from .runner import RunConfig, resolve_task_names, run, torch_threads
 from .sampling import STRATEGIES, format_schedule, make_sampler, plot_schedule, schedule
-from .serving import DEFAULT_MAX_LENGTH, MultiTaskPredictor, read_requests
+from .serving import (
+    DEFAULT_MAX_LENGTH,
+    MultiTaskPredictor,
+    answer_format,
+    check_max_length,
+    check_unique_ids,
+    checked_request,
+    decode,
+    read_requests,
+    request_id,
+    served_tasks,
+    usable_positions,
+    write_answers,
+    write_table,
+)
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +62,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None -> X
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         base_type = kind
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
+        help_text = f"{f.metadata.get('help', '')} (default: {f.metadata.get('shown_default', default)})"
         if base_type is bool:
             parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         elif typing.get_origin(base_type) is list:
@@ -98,23 +111,32 @@ def _read_mapping(path: str) -> dict:
 def cmd_train(args) -> None:
     results = run(_run_config(args))
     print(results_table(results))
-    print(f"wall time to the table: {results['wall_seconds']:.0f} s ({torch.get_num_threads()} torch threads)")
+    never = never_predicted(results.get("per_class", {}))
+    for line in never:
+        print(f"note: {line}")
+    if never:
+        print("note: the per-class view of each dev split: results.json ('per_class'), or pals-bench evaluate")
+    for task, splits in results.get("skipped_rows", {}).items():
+        for split, report in splits.items():
+            print(f"note: task {task!r} {split}: {report['count']} malformed rows of {report['file']} skipped")
+    threads = results.get("threads", torch.get_num_threads())
+    print(f"wall time to the table: {results['wall_seconds']:.0f} s ({threads} torch threads)")
     print(f"results: {Path(args.output_dir) / 'results.json'}")
+    if results.get("plot"):
+        print(f"plot: {results['plot']}")
 
 
 def _load_export(task_dir: Path, args):
     """The task's model, tokenizer, spec and max length, all as trained (from the export; the options
-    may change the base or max length, and a task file is only checked against the export's task)."""
+    may change the base or max length, and a task file gives the task's files at their new place)."""
     manifest = read_task_manifest(task_dir)
+    _check_length_option(args, manifest)  # before anything loads
+    spec = _task_files(task_spec_of(manifest, task_dir), manifest, task_dir, args.task_file)
     model = load_task(task_dir, base=args.base_model)
+    model.tasks[spec.name] = spec  # the same task; its files (and metrics) as the task file says
     tokenizer = load_tokenizer(task_dir, base=args.base_model)
-    spec = task_spec_of(manifest, task_dir)
-    if args.task_file:
-        _check_task_file(spec, args.task_file)
-    max_length = args.max_length or manifest.max_length or DEFAULT_MAX_LENGTH
-    positions = getattr(model.backbone.config, "max_position_embeddings", max_length)
-    if not 0 < max_length <= positions:
-        raise ConfigError(f"--max-length {max_length}: give 1 to {positions} (the base's positions)")
+    max_length = args.max_length if args.max_length is not None else manifest.max_length or DEFAULT_MAX_LENGTH
+    check_max_length(max_length, usable_positions(model.backbone.config), "--max-length")
     return model, tokenizer, spec, max_length, manifest.evaluation or EvaluationRecord()
 
 
@@ -127,8 +149,23 @@ def _glue_dir(args, evaluation: EvaluationRecord) -> str | None:
     return None
 
 
-def _check_task_file(trained, task_file: str) -> None:
-    """A task file given to evaluate / predict must describe the task as it was trained."""
+def _task_files(trained, manifest, task_dir: Path, task_file: str | None):
+    """The exported task with its files where they are now: as the task file says (its labels and columns
+    must be the trained ones), else where the export recorded them (found again after a move of the
+    folder holding the data and the export); notes on files that moved or differ from the recorded ones."""
+    if task_file:
+        spec = _check_task_file(trained, task_file)
+    else:
+        spec, moved = locate_task_files(trained, manifest.task_data, task_dir)
+        if moved:
+            print(f"note: {moved}", file=sys.stderr)
+    for note in changed_files(spec, manifest.task_data):
+        print(f"note: {note}", file=sys.stderr)
+    return spec
+
+
+def _check_task_file(trained, task_file: str):
+    """The task of a task file given to evaluate / predict, which must describe the task as it was trained."""
     spec = resolve_task_names([trained.name], task_file)[trained.name]
     differences = [
         f"{name}: trained {getattr(trained, name)!r}, task file {getattr(spec, name)!r}"
@@ -141,103 +178,184 @@ def _check_task_file(trained, task_file: str) -> None:
             + "; ".join(differences)
             + "); leave out --task-file to use the export's own task"
         )
+    return spec
 
 
-def _dev_split(spec, split, glue_dir, evaluation: EvaluationRecord, limit: int | None):
+def _dev_split(spec, split, glue_dir, evaluation: EvaluationRecord, limit: int | None, skipped=None):
     if limit is not None and limit < 0:
         raise ConfigError(f"--max-eval-examples {limit}: give a number >= 0 (0: every dev example)")
-    data = load_split(spec, split, glue_dir=glue_dir, source=evaluation.data_source or "auto")
+    data = load_split(spec, split, glue_dir=glue_dir, source=evaluation.data_source or "auto", skipped=skipped)
     limit = evaluation.max_eval_examples if limit is None else (limit or None)  # 0: every example
     return data.select(range(min(limit, len(data)))) if limit else data
 
 
-def evaluate_export(task_dir: Path, args) -> tuple[dict[str, float], list[int]]:
+def evaluate_export(task_dir: Path, args, details: dict | None = None) -> tuple[dict[str, float], list[int]]:
     """Dev metrics of one exported task (flat, as the run's ``results.json`` has them) and the number of
-    examples per dev split; with no options exactly as the run scored it at its end."""
+    examples per dev split; with no options exactly as the run scored it at its end. ``details`` receives
+    ``per_class`` (``{split: class_report}``, classification tasks) and ``skipped_rows`` (``{split: ...}``)."""
     model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
     glue_dir = _glue_dir(args, evaluation)
+    skipped = []
     splits = {
         split: tokenize(
-            _dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples), spec, tokenizer, max_length
+            _dev_split(spec, split, glue_dir, evaluation, args.max_eval_examples, skipped), spec, tokenizer, max_length
         )
         for split in spec.dev_splits
     }
     if not splits:
         raise PalsError(f"task {spec.name!r} has no validation split to evaluate; add one to its task file")
-    metrics = evaluate_tasks(model, {spec.name: splits}, tokenizer, evaluation.eval_batch_size or 64)
+    per_class = {}
+    metrics = evaluate_tasks(
+        model, {spec.name: splits}, tokenizer, evaluation.eval_batch_size or 64, progress=True, per_class=per_class
+    )
+    if details is not None:
+        details["per_class"] = per_class.get(spec.name, {})
+        details["skipped_rows"] = {report.split: report.as_json() for report in skipped}
     return metrics, [len(data) for data in splits.values()]
 
 
 def cmd_evaluate(args) -> None:
-    """Dev scores of each task; with no options exactly as the run scored it at its end."""
-    scores = {}
+    """Dev scores of each task, with no options exactly as the run scored it at its end, and the per-class
+    view of each classification task; ``--out`` also writes them as JSON."""
+    out = Path(args.out) if args.out else None
+    if out is not None and out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file name for the JSON report (e.g. {out / 'eval.json'})")
+    scores, report = {}, {"tasks": {}}
     for task_dir in task_folders(args.export):
-        metrics, sizes = evaluate_export(task_dir, args)
+        details = {}
+        metrics, sizes = evaluate_export(task_dir, args, details)
         task = read_task_manifest(task_dir).task
         scores[task] = metrics[f"{task}_score"]
         detail = ", ".join(f"{k}={100 * v:.2f}" for k, v in metrics.items() if k != "average")
         print(f"{task}: {detail} ({'/'.join(map(str, sizes))} dev examples)")
+        for split, skipped in details["skipped_rows"].items():
+            print(f"note: task {task!r} {split}: {skipped['count']} malformed rows of {skipped['file']} skipped")
+        for split, classes in details["per_class"].items():
+            print(class_table(task, split, classes))
+        for line in never_predicted({task: details["per_class"]}):
+            print(f"note: {line}")
+        own = {k: v for k, v in metrics.items() if k != "average"}
+        report["tasks"][task] = {"metrics": own, "dev_examples": sizes, **details}
     if len(scores) > 1:
-        print(f"average: {100 * glue_average(scores):.2f}")
+        report["average"] = glue_average(scores)
+        print(f"average: {100 * report['average']:.2f}")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"report: {out}")
+
+
+def _check_length_option(args, manifest) -> None:
+    """``--max-length`` (else the trained one) against the positions of the base the export recorded."""
+    length = args.max_length if args.max_length is not None else manifest.max_length or DEFAULT_MAX_LENGTH
+    positions = usable_positions(manifest.base_config) if args.base_model is None else None
+    check_max_length(length, positions, "--max-length")
+
+
+def _splits(spec, kind: str) -> list[str]:
+    return spec.test_splits if kind == "test" else spec.dev_splits
 
 
 def cmd_predict(args) -> None:
-    """GLUE-format prediction files (``index<TAB>prediction``) for the test sets, or with ``--input``
-    the answers to a file of requests that each name their task (all tasks on one model)."""
+    """Prediction files for every task's test files (``--split validation``: its dev files), or with
+    ``--input`` the answers to a file of requests that each name their task (all tasks on one model)."""
     if args.input:
         return _predict_requests(args)
-    out = Path(args.out)
-    jobs = []
+    kind, fmt, out = args.split or "test", args.format or "tsv", Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder for the prediction files (one per task and split)")
+    planned, skipped = [], []
     for task_dir in task_folders(args.export):
+        manifest = read_task_manifest(task_dir)
+        spec = task_spec_of(manifest, task_dir)
+        if not _splits(spec, kind):
+            skipped.append(spec.name)
+            continue
+        _check_length_option(args, manifest)
+        planned.append(task_dir)
+    if not planned:
+        raise PalsError(
+            f"{args.export}: no task has a {kind} file to predict (tasks {skipped}); add '{kind}: FILE' to a "
+            "task's entry in its task file, or choose another --split"
+        )
+    jobs = []  # every file read and checked before any prediction is written
+    for task_dir in planned:
         model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
-        if not spec.test_splits:
-            raise PalsError(f"task {spec.name!r} has no test split to predict; add 'test: FILE' to its task")
-        jobs.append((model, tokenizer, spec, max_length, evaluation))
-    out.mkdir(parents=True, exist_ok=True)
-    for model, tokenizer, spec, max_length, evaluation in jobs:
-        for split in spec.test_splits:
+        for split in _splits(spec, kind):
             source = evaluation.data_source or "auto"
             data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation), source=source)
-            logits = predict(model, spec.name, tokenize(data, spec, tokenizer, max_length), tokenizer)
-            if spec.is_regression:
-                values = [f"{v:.3f}" for v in np.clip(logits[:, 0], *(spec.label_range or (-np.inf, np.inf)))]
-            else:
-                values = [spec.labels[i] for i in logits.argmax(-1)]
-            path = out / f"{spec.submission_name(split)}.tsv"
-            lines = ["index\tprediction"] + [f"{i}\t{v}" for i, v in zip(_row_ids(spec, split, data), values)]
-            path.write_text("\n".join(lines) + "\n")
-            print(f"{path}: {len(values)} predictions")
+            ids = _row_ids(spec, split, data)
+            jobs.append((model, tokenizer, spec, split, tokenize(data, spec, tokenizer, max_length), ids))
+    out.mkdir(parents=True, exist_ok=True)
+    for model, tokenizer, spec, split, data, ids in jobs:
+        answers = [decode(spec, row) for row in predict(model, spec.name, data, tokenizer)]
+        path = out / f"{spec.submission_name(split)}.{fmt}"
+        if spec.glue_folder and split.startswith("test") and fmt == "tsv":  # GLUE's submission format
+            write_table(path, fmt, ["index", "prediction"], [[i, a.label] for i, a in zip(ids, answers)])
+        else:
+            columns = ["id", "prediction", "probability"] + (["probabilities"] if fmt == "jsonl" else [])
+            rows = [[i, a.label, a.probability] for i, a in zip(ids, answers)]
+            if fmt == "jsonl":
+                for row, answer in zip(rows, answers):
+                    row.append(dict(zip(spec.labels, answer.probabilities)) if answer.probabilities else None)
+            write_table(path, fmt, columns, rows)
+        print(f"{path}: {len(answers)} predictions")
+    for name in skipped:
+        print(f"skipped {name}: it has no {kind} file (add '{kind}: FILE' to its task to predict it)")
 
 
 def _predict_requests(args) -> None:
-    requests = read_requests(args.input)
-    predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model)
-    if args.max_length:
-        predictor.max_length = {task: args.max_length for task in predictor.max_length}
-    answers = predictor.predict(requests)
+    if args.split is not None:
+        raise ConfigError("--split chooses the tasks' own files; with --input the requests are answered: leave it out")
     out = Path(args.out)
     if out.is_dir() or not out.suffix:
-        out = out / "predictions.tsv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["id\ttask\tprediction"]
-    for position, (request, answer) in enumerate(zip(requests, answers)):
-        label = f"{answer.label:.3f}" if isinstance(answer.label, float) else answer.label
-        lines.append(f"{request.get('id', position)}\t{answer.task}\t{label}")
-    out.write_text("\n".join(lines) + "\n")
+        fmt = args.format or "tsv"
+        out = out / f"predictions.{fmt}"
+    else:
+        fmt = answer_format(out, args.format)
+    for task_dir in task_folders(args.export):
+        _check_length_option(args, read_task_manifest(task_dir))
+    requests = read_requests(args.input)
+    tasks = served_tasks(args.export)
+    for position, request in enumerate(requests):  # every request checked before the model loads
+        checked_request(position, request, tasks)
+    predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model, max_length=args.max_length)
+    answers = predictor.predict(requests)
+    write_answers(out, fmt, requests, answers, tasks)
     print(f"{out}: {len(answers)} predictions for tasks {sorted(set(a.task for a in answers))}")
 
 
 def _row_ids(spec, split: str, data) -> list:
-    """The ids of a split's rows for its prediction file: the file's own ``id`` column when a user task's
-    file has one, else the row numbers (GLUE's ``index``)."""
+    """The ids of a split's rows for its prediction file: the task's ``id_column`` (loaded with the rows), else
+    a user file's own ``id`` column, where a row without an id gets its row number (0 for the first data row;
+    the number GLUE's ``index`` is), else the row numbers. Ids must be unique."""
+    if "id" in data.column_names:
+        return list(data["id"])
+    numbers = list(data["idx"])
     if spec.data_dir is None:
-        return list(data["idx"])
+        return numbers
     path = spec.split_path(split)
-    columns, rows, _ = iter_records(path, spec.file_format, spec.header_for(split), spec.column_positions)
+    columns, rows, unit = iter_records(
+        path, spec.file_format, spec.header_for(split), spec.column_positions, skip_bad=spec.skip_bad_rows
+    )
     if "id" not in columns:
-        return list(data["idx"])
+        return numbers
     get = getter(path, columns, spec.file_format, "id")
-    return [str(get(row)) for _, row in rows]
+    given, where = [], []
+    for position, row in rows:
+        value = None if isinstance(row, BadRow) else (row.get("id") if isinstance(row, dict) else get(row))
+        where.append(f"{path}, {unit} {position}")
+        given.append(request_id(value, where[-1]))
+    requests = [
+        {
+            "id": number if given[number] is None else given[number],
+            "id_given": given[number] is not None,
+            "where": where[number],
+        }
+        for number in numbers
+    ]
+    check_unique_ids(requests, "rows")
+    return [request["id"] for request in requests]
 
 
 def cmd_export(args) -> None:
@@ -246,8 +364,20 @@ def cmd_export(args) -> None:
 
 
 def cmd_schedule(args) -> None:
+    """The sampler's task probabilities over the run, from the task sizes the run trains on (the subsets
+    of ``--max-train-examples`` where given)."""
+    if args.max_train_examples is not None and args.max_train_examples < 1:
+        raise ConfigError(f"--max-train-examples {args.max_train_examples}: give a number >= 1 (or leave it out)")
+    if args.steps < 1:
+        raise ConfigError(f"--steps {args.steps}: give a number of training steps >= 1")
     specs = resolve_task_names(args.tasks, args.task_file)
-    sizes = {name: len(load_split(spec, "train", glue_dir=args.glue_dir)) for name, spec in specs.items()}
+    files = {name: len(load_split(spec, "train", glue_dir=args.glue_dir)) for name, spec in specs.items()}
+    limit = args.max_train_examples
+    sizes = {name: min(n, limit) if limit else n for name, n in files.items()}
+    shown = ", ".join(
+        f"{name} {sizes[name]:,}" + (f" (of {n:,})" if sizes[name] < n else "") for name, n in files.items()
+    )
+    print(f"training examples per task: {shown}")
     sampler = make_sampler(
         args.sampler, sizes, total_steps=args.steps, steps_per_epoch=args.steps_per_epoch, alpha=args.alpha
     )
@@ -263,9 +393,27 @@ def cmd_params(args) -> None:
         print(f"| {method} | {c.per_task + c.head_per_task:,} | {c.total:,} | {c.multiplier:.3f} |")
 
 
+def _schedule_defaults(run_defaults: dict | None) -> dict:
+    """What `schedule --config RUN.yaml` previews: the mix of that run."""
+    if not run_defaults:
+        return {}
+    run = RunConfig(**run_defaults)  # the sampler a run uses when its file names none (the method's own)
+    return {
+        "tasks": run.tasks,
+        "task_file": run.task_file,
+        "glue_dir": run.glue_dir,
+        "sampler": run.sampler,
+        "steps": run.max_steps,
+        "steps_per_epoch": run.steps_per_epoch,
+        "alpha": run.alpha,
+        "max_train_examples": run.max_train_examples,
+    }
+
+
 def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pals-bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices  # name -> the command's parser (its usage goes with its errors)
 
     train = sub.add_parser("train", help="train one multi-task model, evaluate it, export every task")
     train.add_argument("--config", help="YAML or JSON file of settings (command-line options win)")
@@ -284,10 +432,18 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
         p.add_argument(
             "--task-file",
             default=None,
-            help="optional: checked against the task stored in the export (which is what is used)",
+            help="the task file, e.g. at the data's new place: the task's files are read as it says (its "
+            "labels and columns must be the trained ones); default: the files the export recorded",
         )
         p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
         p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
+        p.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help="CPU threads of torch (default: torch's own, the OMP_NUM_THREADS environment variable, else one "
+            "per core)",
+        )
         if name == "evaluate":
             p.add_argument(
                 "--max-eval-examples",
@@ -296,17 +452,36 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
                 help="the first N dev examples per task; 0: all (default: as the run evaluated, so that the "
                 "scores are the run's end-of-training scores)",
             )
+            p.add_argument(
+                "--out",
+                default=None,
+                help="also write the scores, the per-class view and any skipped rows to this JSON file",
+            )
         if name == "predict":
             p.add_argument(
                 "--out",
                 required=True,
-                help="folder for the GLUE-format files; with --input, the predictions file (TSV: id, task, prediction)",
+                help="folder for the prediction files (one per task and split); with --input, the answers file "
+                "(.tsv, .csv or .jsonl: id, task, prediction, probability), or a folder for predictions.tsv",
             )
             p.add_argument(
                 "--input",
                 default=None,
-                help="CSV/TSV/JSONL of requests with columns task, text, text_b (pairs) and optional id: "
-                "all tasks answered by one model on one base",
+                help="CSV/TSV/JSONL of requests with task, text, text_b (pair tasks) and optional id: all tasks "
+                "answered by one model on one base",
+            )
+            p.add_argument(
+                "--split",
+                choices=("test", "validation"),
+                default=None,
+                help="which files of each task to predict (default: test); tasks without one are skipped, and named",
+            )
+            p.add_argument(
+                "--format",
+                choices=("tsv", "csv", "jsonl"),
+                default=None,
+                help="format of the prediction files (default: tsv; with --input: from the --out name); jsonl keeps "
+                "ids and texts exact",
             )
         p.set_defaults(func=func)
 
@@ -317,16 +492,35 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_export)
 
     sched = sub.add_parser("schedule", help="print (and plot) a sampler's task probabilities over training")
+    sched.add_argument(
+        "--config",
+        help="a run's YAML/JSON settings file: preview that run's mix (its tasks, task file, sampler, max_steps, "
+        "steps_per_epoch, alpha, max_train_examples); options given here win",
+    )
     sched.add_argument("--tasks", nargs="+", default=None, help="task names (default: every task of --task-file)")
     sched.add_argument("--task-file", default=None, help="YAML/JSON file of your own tasks")
     sched.add_argument("--glue-dir", default=None, help="GLUE folder (default: env GLUE_DIR)")
     sched.add_argument("--sampler", default="annealed", help=f"one of {', '.join(STRATEGIES)}")
-    sched.add_argument("--steps", type=int, required=True, help="training steps to show")
+    run_default = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    sched.add_argument(
+        "--steps",
+        "--max-steps",
+        dest="steps",
+        type=int,
+        default=run_default["max_steps"],
+        help=f"training steps of the run (default: {run_default['max_steps']}, as train)",
+    )
     sched.add_argument("--steps-per-epoch", type=int, default=2400, help="steps of one annealing epoch")
     sched.add_argument("--alpha", type=float, default=None, help="exponent of the temperature sampler")
+    sched.add_argument(
+        "--max-train-examples",
+        type=int,
+        default=None,
+        help="as train: each task trains on at most N examples, so the sampler sees those sizes",
+    )
     sched.add_argument("--every", type=int, default=None, help="print a row every N steps")
     sched.add_argument("--plot", default=None, help="write a PNG here")
-    sched.set_defaults(func=cmd_schedule)
+    sched.set_defaults(func=cmd_schedule, **_schedule_defaults(run_defaults))
 
     params = sub.add_parser("params", help="task-specific parameters and the multiplier, from a model config")
     params.add_argument("--model", default="bert-base-uncased", help="model name or folder (only its config is read)")
@@ -347,9 +541,12 @@ def main(argv: list[str] | None = None) -> int:
     except PalsError as err:
         build_parser().exit(2, f"pals-bench: error: {err}\n")
     parser = build_parser(run_defaults)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, with its usage (not the list of commands)
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        args.func(args)
+        with torch_threads(args.threads if args.command in ("evaluate", "predict") else None):
+            args.func(args)
     except PalsError as err:
         # Our errors carry a message that says what to fix: no traceback.
         parser.exit(2, f"pals-bench {args.command}: error: {err}\n")

@@ -9,36 +9,74 @@ Schema of every loaded split:
   (regression). The column is omitted for unlabelled test splits.
 * ``idx`` (int64): 0-based data row within the file (header excluded); for the
   hub, the hub's ``idx``. GLUE prediction files use it as their ``index``.
+* ``id`` (string): the row's id from the task's ``id_column``; only for tasks that
+  name one (unique and non-empty in every file).
 
 Local GLUE TSVs are read with ``csv.QUOTE_NONE`` (quotes are text); user CSVs use
 normal CSV quoting. Files are decoded as UTF-8 with an optional byte-order mark.
-Bad input raises `DataError` naming the file, the 1-based line and the fix;
-no row is ever skipped.
+Bad input raises `DataError` naming the file, the 1-based line and the fix. No row
+is skipped unless the task says ``skip_bad_rows``; then each malformed row is
+counted, logged (the count and the first lines) and reported (`SkippedRows`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import datasets
 
 from ..errors import ConfigError, DataError, UnknownNameError
-from .readers import MissingKey, getter, iter_records, label_text, text_value
-from .tasks import TaskSpec, get_task
+from .readers import BadRow, MissingKey, getter, iter_records, label_text, text_value
+from .tasks import TaskSpec, get_task, split_files, with_data_dir
 
 SOURCES = ("auto", "local", "hub")
+SHOWN_BAD_ROWS = 5  # the first malformed rows named in a report (all are counted)
+logger = logging.getLogger(__name__)
 
 
-def features_for(spec: TaskSpec, labelled: bool = True) -> datasets.Features:
-    """The ``datasets.Features`` of a loaded split of ``spec``."""
+def features_for(spec: TaskSpec, labelled: bool = True, with_ids: bool = False) -> datasets.Features:
+    """The ``datasets.Features`` of a loaded split of ``spec`` (``with_ids``: the ``id`` column)."""
     feats = {"text_a": datasets.Value("string"), "text_b": datasets.Value("string")}
     if labelled:
         feats["label"] = datasets.Value("float64" if spec.is_regression else "int64")
     feats["idx"] = datasets.Value("int64")
+    if with_ids:
+        feats["id"] = datasets.Value("string")
     return datasets.Features(feats)
+
+
+@dataclass(frozen=True)
+class SkippedRows:
+    """The malformed rows that a task with ``skip_bad_rows`` left out of one split: how many, and the
+    first few (position in the file, what is wrong)."""
+
+    task: str
+    split: str
+    file: str
+    count: int
+    unit: str  # "line", or "item" for a JSON array
+    first: tuple[tuple[int, str], ...]
+
+    def describe(self) -> str:
+        shown = "; ".join(f"{self.unit} {pos}: {problem}" for pos, problem in self.first)
+        more = f"; and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        return (
+            f"task {self.task!r} {self.split}: skipped {self.count} malformed row{'s' * (self.count != 1)} of "
+            f"{self.file} (skip_bad_rows): {shown}{more}"
+        )
+
+    def as_json(self) -> dict:
+        return {
+            "file": self.file,
+            "count": self.count,
+            "first": [{self.unit: pos, "problem": problem} for pos, problem in self.first],
+        }
 
 
 def is_test_split(split: str) -> bool:
@@ -87,31 +125,70 @@ class _LabelParser:
         return number
 
 
-def _load_local(spec: TaskSpec, split: str, path: Path) -> datasets.Dataset:
+def _row_id(value: Any, column: str) -> str:
+    """A row id as text: a string or a whole number (JSON), never empty."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"id in column {column!r} must be a string or a whole number, found {value!r}")
+    if not value.strip():
+        raise ValueError(f"empty id in column {column!r}; every row needs its id")
+    return value
+
+
+def _load_local(spec: TaskSpec, split: str, path: Path, skipped: list[SkippedRows] | None = None) -> datasets.Dataset:
     header = spec.header_for(split)
-    columns, rows, unit = iter_records(path, spec.file_format, header, spec.column_positions)
+    skip = spec.skip_bad_rows
+    columns, rows, unit = iter_records(path, spec.file_format, header, spec.column_positions, skip_bad=skip)
     getters = [getter(path, columns, spec.file_format, c) for c in spec.text_columns]
     labelled = spec.label_column is not None
     if labelled and is_test_split(split) and spec.label_column not in columns:
         labelled = False  # unlabelled test file (GLUE test sets)
     get_label = getter(path, columns, spec.file_format, spec.label_column) if labelled else None
+    get_id = getter(path, columns, spec.file_format, spec.id_column) if spec.id_column else None
     parse = _LabelParser(spec)
-    out: dict[str, list] = {"text_a": [], "text_b": [], "label": [], "idx": []}
+    out: dict[str, list] = {"text_a": [], "text_b": [], "label": [], "idx": [], "id": []}
+    bad: list[tuple[int, str]] = []
+    id_lines: dict[str, int] = {}
     for row_index, (pos, row) in enumerate(rows):
         try:
+            if isinstance(row, BadRow):
+                raise ValueError(row.problem)
             texts = [text_value(get(row), column) for get, column in zip(getters, spec.text_columns)]
-            if get_label is not None:
-                out["label"].append(parse(get_label(row)))
+            label = parse(get_label(row)) if get_label is not None else None
+            row_id = _row_id(get_id(row), spec.id_column) if get_id is not None else None
         except (ValueError, MissingKey) as exc:
+            if skip:
+                bad.append((pos, str(exc)))
+                continue
             raise DataError(f"{path}, {unit} {pos} (data row {row_index + 1}): {exc}") from None
+        if row_id is not None:
+            if row_id in id_lines:
+                raise DataError(
+                    f"{path}, {unit} {pos}: id {row_id!r} in column {spec.id_column!r} is also the id of {unit} "
+                    f"{id_lines[row_id]}; ids must be unique (they join predictions back to rows)"
+                )
+            id_lines[row_id] = pos
+            out["id"].append(row_id)
         out["text_a"].append(texts[0])
         out["text_b"].append(texts[1] if len(texts) > 1 else "")
+        out["label"].append(label)
         out["idx"].append(row_index)
+    if bad:
+        report = SkippedRows(spec.name, split, str(path), len(bad), unit, tuple(bad[:SHOWN_BAD_ROWS]))
+        logger.warning(report.describe())
+        if skipped is not None:
+            skipped.append(report)
     if not out["idx"]:
-        raise DataError(f"{path}: no data rows (only a header); add rows or remove the split from the task")
+        raise DataError(
+            f"{path}: no data rows ({f'all {len(bad)} rows malformed' if bad else 'only a header'}); "
+            "add rows or remove the split from the task"
+        )
     if not labelled:
         del out["label"]
-    return datasets.Dataset.from_dict(out, features=features_for(spec, labelled))
+    if get_id is None:
+        del out["id"]
+    return datasets.Dataset.from_dict(out, features=features_for(spec, labelled, with_ids=get_id is not None))
 
 
 # --------------------------------------------------------------------------- hub
@@ -162,14 +239,28 @@ def resolve_glue_dir(glue_dir: str | os.PathLike | None = None) -> Path | None:
     return Path(value) if value else None
 
 
+def _missing_file(spec: TaskSpec, split: str, path: Path, hint: str) -> DataError:
+    if spec.data_dir is not None:
+        hint = (
+            "if the data folder moved (or this is another machine), give the task file at its new place "
+            "(pals-bench evaluate / predict --task-file NEW.yaml; labels and columns as trained)"
+        )
+    return DataError(f"{path}: missing file for split {split!r} of task {spec.name!r}; {hint}")
+
+
 def load_split(
-    spec: TaskSpec | str, split: str, glue_dir: str | os.PathLike | None = None, source: str = "auto"
+    spec: TaskSpec | str,
+    split: str,
+    glue_dir: str | os.PathLike | None = None,
+    source: str = "auto",
+    skipped: list[SkippedRows] | None = None,
 ) -> datasets.Dataset:
     """Load one split with the uniform schema (see module docstring).
 
     ``source``: "local" reads the task's file; "hub" uses ``datasets.load_dataset(*spec.hub)``;
     "auto" reads the local file when it exists (GLUE: under ``glue_dir`` or env GLUE_DIR),
-    else the hub.
+    else the hub. ``skipped``: a list that receives the `SkippedRows` of a task with ``skip_bad_rows``
+    (they are logged either way).
     """
     spec = get_task(spec)
     if source not in SOURCES:
@@ -184,16 +275,13 @@ def load_split(
             raise ConfigError(f"task {spec.name!r}: source='local' needs glue_dir or env GLUE_DIR")
         path = spec.split_path(split, base)
         if not path.is_file():
-            raise DataError(
-                f"{path}: missing file for split {split!r} of task {spec.name!r}; "
-                f"check glue_dir / GLUE_DIR or the task's file paths"
-            )
-        return _load_local(spec, split, path)
+            raise _missing_file(spec, split, path, "check glue_dir / GLUE_DIR or the task's file paths")
+        return _load_local(spec, split, path, skipped)
     path = spec.split_path(split, base) if (spec.data_dir is not None or base is not None) else None
     if path is not None and path.is_file():
-        return _load_local(spec, split, path)
+        return _load_local(spec, split, path, skipped)
     if spec.hub is None:
-        raise DataError(f"{path}: missing file for split {split!r} of task {spec.name!r}; check the task's file paths")
+        raise _missing_file(spec, split, path, "check the task's file paths")
     try:
         return _load_hub(spec, split)
     except DataError:
@@ -216,3 +304,68 @@ def load_task(
     spec = get_task(spec)
     names = list(spec.splits) if splits is None else list(splits)
     return datasets.DatasetDict({s: load_split(spec, s, glue_dir=glue_dir, source=source) for s in names})
+
+
+# --------------------------------------------------------------------------- moved data folders
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_record(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, Any] | None:
+    """Where a user task's files are, seen from ``seen_from`` (an export's task folder), and the sha256 of
+    each file that is there: what finds them again after the folders moved together, and tells whether
+    the files found later are the ones the task was trained and scored on. None for GLUE tasks."""
+    if spec.data_dir is None:
+        return None
+    here = os.path.normpath(os.path.abspath(seen_from))
+    try:
+        relative = Path(os.path.relpath(spec.data_dir, here)).as_posix()
+    except ValueError:  # another drive (Windows)
+        relative = None
+    files = {split: Path(file) for split, file in split_files(spec).items()}
+    return {
+        "data_dir_from_export": relative,
+        "sha256": {split: _sha256(path) for split, path in files.items() if path.is_file()},
+    }
+
+
+def locate_task_files(
+    spec: TaskSpec, record: dict[str, Any] | None, seen_from: str | os.PathLike
+) -> tuple[TaskSpec, str | None]:
+    """The task with its files where they are now, and a note when they moved: at the recorded place when
+    any of them is still there, else at the same place relative to ``seen_from`` (the export's task folder)
+    as when it was written (a project folder copied or moved whole). Else the task as recorded (loading then
+    says which file is missing and how to give the new place)."""
+    if spec.data_dir is None or not record or not record.get("data_dir_from_export"):
+        return spec, None
+    if any(Path(file).is_file() for file in split_files(spec).values()):
+        return spec, None
+    moved = with_data_dir(spec, Path(seen_from) / record["data_dir_from_export"])
+    if not any(Path(file).is_file() for file in split_files(moved).values()):
+        return spec, None
+    note = (
+        f"task {spec.name!r}: its files are no longer in {spec.data_dir}; using {moved.data_dir}, where they "
+        "were relative to the export"
+    )
+    return moved, note
+
+
+def changed_files(spec: TaskSpec, record: dict[str, Any] | None) -> list[str]:
+    """Notes on the task's files that differ from the ones recorded at export (sha256), e.g. a dev set that
+    was edited: the scores of `evaluate` are then of the new file, not the run's."""
+    recorded = (record or {}).get("sha256") or {}
+    notes = []
+    for split, file in split_files(spec).items():
+        path = Path(file)
+        if split in recorded and path.is_file() and _sha256(path) != recorded[split]:
+            notes.append(
+                f"task {spec.name!r}: {path} ({split}) differs from the file recorded at export (sha256): "
+                "results are of the file as it is now"
+            )
+    return notes

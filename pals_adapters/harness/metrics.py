@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats
-from sklearn.metrics import f1_score, matthews_corrcoef
+from sklearn.metrics import confusion_matrix, f1_score, matthews_corrcoef, precision_recall_fscore_support
 
 from .tasks import TaskSpec, get_task
 
@@ -100,6 +100,35 @@ def compute_metrics(spec: TaskSpec | str, predictions: object, references: objec
         elif metric == "spearman":
             out[metric] = _correlation(stats.spearmanr, preds, refs)
     return out
+
+
+def class_report(spec: TaskSpec | str, predictions: object, references: object) -> dict:
+    """The per-class view of a classification task: for each label (in the task's order) precision, recall
+    and F1 (fractions; 0.0 where undefined: a class never predicted has precision 0), how many rows have it
+    (``support``) and how many were predicted as it (``predicted``); the confusion matrix (row: true label,
+    column: predicted label); and ``never_predicted``, the labels no row was predicted as."""
+    spec = get_task(spec)
+    if spec.is_regression:
+        raise ValueError(f"task {spec.name!r} is a regression task: it has no classes")
+    preds = _class_predictions(predictions, spec.num_labels)
+    refs = _as_array(references, "references").astype(np.int64)
+    if preds.shape[0] != refs.shape[0]:
+        raise ValueError(f"predictions have {preds.shape[0]} rows but references have {refs.shape[0]}")
+    classes = list(range(spec.num_labels))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        refs, preds, labels=classes, average=None, zero_division=0.0
+    )
+    predicted = np.bincount(preds, minlength=spec.num_labels)
+    return {
+        "labels": list(spec.labels),
+        "precision": [float(v) for v in precision],
+        "recall": [float(v) for v in recall],
+        "f1": [float(v) for v in f1],
+        "support": [int(v) for v in support],
+        "predicted": [int(v) for v in predicted],
+        "confusion": confusion_matrix(refs, preds, labels=classes).tolist(),
+        "never_predicted": [label for label, n in zip(spec.labels, predicted) if n == 0],
+    }
 
 
 def task_score(spec: TaskSpec | str, metrics: Mapping[str, float]) -> float:

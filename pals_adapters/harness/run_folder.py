@@ -22,13 +22,14 @@ from ..errors import ConfigError
 from .checkpoints import RUN_CONFIG, RUN_TASKS, checkpoint_problem, last_complete_checkpoint, list_checkpoints
 from .export.staging import check_replaceable
 from .run_config import RunConfig, resolve_task_names
-from .tasks import TaskSpec, spec_to_json
+from .tasks import TaskSpec, comparable_spec, spec_to_json
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".pals-bench.lock"
-# Settings that change what is logged or written at the end, never the numbers of the run.
-MAY_CHANGE_ON_RESUME = ("logging_steps", "report_to", "export")
+# Settings that change what is logged or written at the end, or how fast it runs, never the numbers of the
+# run (the thread count can change the last bits of float sums, no more).
+MAY_CHANGE_ON_RESUME = ("logging_steps", "report_to", "export", "threads")
 # Where the run is, not what it is.
 NOT_COMPARED = ("resume", "output_dir")
 
@@ -82,6 +83,8 @@ def _task_differences(recorded: dict, specs: dict[str, TaskSpec]) -> list[str]:
     lines = []
     for name in sorted(set(recorded) | set(now)):
         before, after = recorded.get(name), now.get(name)
+        # the same files however the record wrote them (absolute, or relative to the task file's folder)
+        before, after = (comparable_spec(s) if isinstance(s, dict) else s for s in (before, after))
         if before is None or after is None:
             continue  # a task added or removed shows in the 'tasks' setting
         for key in sorted(set(before) | set(after)):

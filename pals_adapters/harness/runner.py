@@ -7,37 +7,44 @@ checks in `run_folder`.
 
 import contextlib
 import json
+import logging
 import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import datasets
+import safetensors.torch
 import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from ..errors import ConfigError
 from .batches import MultiTaskBatches, tokenize, unwrap_single_item
-from .data import load_split
+from .data import SkippedRows, load_split
 from .export import EvaluationRecord, export_run, fingerprint_model
 from .export.read import load_shared_modules
-from .export.write import export_added_task
-from .extend import shared_base_of
+from .export.write import check_other_tasks_kept, export_added_tasks, other_tasks
+from .extend import SharedBase, shared_base_of
 from .methods import get_method
 from .model import build_model, resolve_model
-from .report import parameter_summary, task_metrics
+from .report import parameter_summary, plot_training, task_metrics
 from .run_config import PAPER_TASKS, RunConfig, resolve_task_names, resolve_tasks  # noqa: F401  (public here too)
 from .run_folder import prepare_run_folder, run_lock
 from .sampling import make_sampler
 from .tasks import TaskSpec
 from .trainer import MultiTaskTrainer
 
+logger = logging.getLogger(__name__)
 
-def load_train_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, datasets.Dataset]:
-    """Tokenised training set per task (a seeded random subset if ``max_train_examples``)."""
+
+def load_train_sets(
+    config: RunConfig, specs: dict[str, TaskSpec], tokenizer, skipped: list[SkippedRows] | None = None
+) -> dict[str, datasets.Dataset]:
+    """Tokenised training set per task (a seeded random subset if ``max_train_examples``); ``skipped``
+    receives the malformed rows that tasks with ``skip_bad_rows`` left out."""
     train = {}
     for name, spec in specs.items():
-        data = load_split(spec, "train", glue_dir=config.glue_dir, source=config.data_source)
+        data = load_split(spec, "train", glue_dir=config.glue_dir, source=config.data_source, skipped=skipped)
         if config.max_train_examples:
             data = data.shuffle(seed=config.seed).select(range(min(config.max_train_examples, len(data))))
         train[name] = tokenize(data, spec, tokenizer, config.max_length)
@@ -54,13 +61,15 @@ def regression_label_stats(train: dict[str, datasets.Dataset], specs: dict[str, 
     return stats
 
 
-def load_dev_sets(config: RunConfig, specs: dict[str, TaskSpec], tokenizer) -> dict[str, dict[str, "datasets.Dataset"]]:
+def load_dev_sets(
+    config: RunConfig, specs: dict[str, TaskSpec], tokenizer, skipped: list[SkippedRows] | None = None
+) -> dict[str, dict[str, "datasets.Dataset"]]:
     """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
     dev = {}
     for name, spec in specs.items():
         dev[name] = {}
         for split in spec.dev_splits:
-            data = load_split(spec, split, glue_dir=config.glue_dir, source=config.data_source)
+            data = load_split(spec, split, glue_dir=config.glue_dir, source=config.data_source, skipped=skipped)
             if config.max_eval_examples:
                 data = data.select(range(min(config.max_eval_examples, len(data))))
             dev[name][split] = tokenize(data, spec, tokenizer, config.max_length)
@@ -137,6 +146,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         adapter_lr=config.adapter_lr,
         example_batch_size=config.batch_size,
         mixed_batches=config.batching == "mixed",
+        sampling_epochs=(config.steps_per_epoch, config.max_steps) if config.sampler == "annealed" else None,
     )
 
 
@@ -159,9 +169,62 @@ def run(config: RunConfig) -> dict:
     started = time.time()
     specs = config.validate()
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
-    with run_lock(config.output_dir) if writer else contextlib.nullcontext():
+    with run_lock(config.output_dir) if writer else contextlib.nullcontext(), torch_threads(config.threads):
         resume = prepare_run_folder(config, specs, writer=writer)
         return _train(config, specs, resume, started)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None):
+    """Runs the block with ``count`` torch threads (None: as the process has them: OMP_NUM_THREADS, else
+    one per core), and puts the number back after it."""
+    if count is None:
+        yield
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"threads={count!r}: give a whole number >= 1 (or leave it unset)")
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def trainer_is_writer() -> bool:
+    """Under torchrun only rank 0 writes."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _check_added_base(config: RunConfig, shared: SharedBase, model, resume: str | None) -> None:
+    """Before any step: the model holds the export's base as it is now, and so does the checkpoint resumed."""
+    load_shared_modules(model, Path(shared.source) if shared.base_mode == "finetune" else None)
+    if fingerprint_model(model) != shared.fingerprint:
+        raise ConfigError(
+            f"add_to={config.add_to}: the base loaded from {shared.source} is not the base the export's tasks were "
+            "trained on (its weights changed since); nothing was trained"
+        )
+    if resume is not None:  # the checkpoint holds the (frozen) base it trained against: load it as resuming will
+        safetensors.torch.load_model(model, str(Path(resume) / "model.safetensors"), strict=False)
+        if fingerprint_model(model) != shared.fingerprint:
+            raise ConfigError(
+                f"resume: {resume} trained against another base than the one the export {config.add_to} has now "
+                "(the export was re-exported or replaced since this run started), so its tasks would not load "
+                "beside the export's; start a new run (new output_dir) to train them on the export's base"
+            )
+
+
+def _check_export_folder(config: RunConfig, model, tokenizer) -> None:
+    """Before any step: the export at the end must not delete tasks added to the run's export folder later."""
+    export_dir = Path(config.output_dir) / "export"
+    others = other_tasks(export_dir, model.tasks)
+    if others and config.base == "finetune":
+        raise ConfigError(
+            f"{export_dir} holds tasks {sorted(others)} that this run does not train (added to that export later "
+            "with add_to?); they need its base, which this run's training replaces, so the export at the end would "
+            "delete them. Choose another output_dir, or move them away first"
+        )
+    check_other_tasks_kept(export_dir, model, tokenizer)
 
 
 def _device_name(device: torch.device) -> str:
@@ -177,14 +240,15 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
     shared = shared_base_of(config.add_to) if config.add_to is not None else None
     base_source = shared.source if shared is not None else config.model
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
-    train, dev = load_train_sets(config, specs, tokenizer), load_dev_sets(config, specs, tokenizer)
+    skipped: list[SkippedRows] = []  # malformed rows that tasks with skip_bad_rows left out (logged, recorded)
+    train, dev = load_train_sets(config, specs, tokenizer, skipped), load_dev_sets(config, specs, tokenizer, skipped)
     model = build_model(base_source, specs, method, config.base)
     if config.standardise_targets:
         model.standardise_targets(regression_label_stats(train, specs))
     if shared is not None:
-        load_shared_modules(model, Path(shared.source) if shared.base_mode == "finetune" else None)
-    if shared is not None and fingerprint_model(model) != shared.fingerprint:
-        raise ConfigError(f"add_to={config.add_to}: the base loaded from {base_source} is not the export's base")
+        _check_added_base(config, shared, model, resume)
+    elif config.export and trainer_is_writer():
+        _check_export_folder(config, model, tokenizer)
     trainer = build_trainer(config, model, tokenizer, train, dev)
     trainer.train(resume_from_checkpoint=resume)
     metrics = trainer.evaluate()
@@ -195,27 +259,27 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
         "parameters": parameter_summary(model),
         "log_history": trainer.state.log_history,
         "device": _device_name(trainer.args.device),
+        "threads": torch.get_num_threads(),
+        "per_class": trainer.class_reports,
+        "skipped_rows": _skipped_record(skipped),
     }
     results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
         if config.export and shared is not None:
-            results["exports"] = {
-                task: str(
-                    export_added_task(
-                        model,
-                        task,
-                        shared.export_dir,
-                        base_mode=shared.base_mode,
-                        base_model_name=shared.base_model_name,
-                        metrics=task_metrics(results["metrics"], task, specs),
-                        max_length=config.max_length,
-                        tokenizer=tokenizer,
-                        evaluation=evaluation_record(config),
-                    )
-                )
-                for task in specs
-            }
+            exported = export_added_tasks(
+                model,
+                list(specs),
+                shared.export_dir,
+                base_mode=shared.base_mode,
+                base_model_name=shared.base_model_name,
+                metrics_by_task={t: task_metrics(results["metrics"], t, specs) for t in specs},
+                max_length=config.max_length,
+                tokenizer=tokenizer,
+                evaluation=evaluation_record(config),
+                replace=config.replace,
+            )
+            results["exports"] = {task: str(path) for task, path in exported.items()}
         elif config.export:
             per_task = {t: task_metrics(results["metrics"], t, specs) for t in specs}
             exported = export_run(
@@ -229,5 +293,27 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
             )
             results["exports"] = {task: str(path) for task, path in exported.items()}
         out.mkdir(parents=True, exist_ok=True)
+        results["plot"] = _plot(trainer.state.log_history, out / PLOT_FILE)
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     return results
+
+
+PLOT_FILE = "training.png"
+
+
+def _plot(log_history: list[dict], path: Path) -> str | None:
+    """The run's picture (`report.plot_training`); a failure to draw it never fails the run."""
+    try:
+        written = plot_training(log_history, path)
+    except Exception as err:  # noqa: BLE001 - a plot is never worth the run's results
+        logger.warning("could not draw %s (%s: %s); the run's results are kept", path, type(err).__name__, err)
+        return None
+    return str(written) if written is not None else None
+
+
+def _skipped_record(skipped: list[SkippedRows]) -> dict:
+    """``{task: {split: {file, count, first}}}`` of the malformed rows left out (skip_bad_rows)."""
+    record: dict = {}
+    for report in skipped:
+        record.setdefault(report.task, {})[report.split] = report.as_json()
+    return record

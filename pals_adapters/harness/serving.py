@@ -7,14 +7,22 @@ each name their task, in one forward per batch where the method can route rows b
         {"task": "rte", "text": "A man is sleeping.", "text_b": "Nobody sleeps."},
     ])
     # [Prediction(task='sst2', label='1', ...), Prediction(task='rte', label='not_entailment', ...)]
+
+`read_requests` reads a file of requests (each JSON Lines record on its own), `write_answers` writes
+the answers as TSV / CSV (quoted where a field needs it) or JSON Lines (exact).
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import json
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,20 +30,105 @@ from transformers import PreTrainedTokenizerBase
 
 from ..errors import ConfigError, DataError
 from .export.manifest import read_task_manifest
-from .export.read import load_tasks, load_tokenizer, task_folders
+from .export.read import load_tasks, load_tokenizer, task_folders, task_spec_of
 from .model import MultiTaskModel
-from .readers import MissingKey, getter, iter_records
+from .readers import iter_records
+from .tasks import TaskSpec
 
 DEFAULT_MAX_LENGTH = 128
+REQUEST_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+ANSWER_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """One request's answer: the label as the task's files write it (or a score), and the raw outputs."""
+    """One request's answer: the label as the task's files write it (or a score), the raw outputs, and for
+    a classification task the probability of each label (softmax of the logits, in the task's label order)."""
 
     task: str
     label: str | float
     logits: tuple[float, ...]
+    probabilities: tuple[float, ...] | None = None
+
+    @property
+    def probability(self) -> float | None:
+        """The probability of the predicted label (None for a regression task)."""
+        return max(self.probabilities) if self.probabilities else None
+
+
+def usable_positions(config: Any) -> int | None:
+    """Tokens per example a base takes: its ``max_position_embeddings`` (a model config or its dict), less
+    the padding offset of RoBERTa-style models; None when the config does not say."""
+    get = config.get if isinstance(config, Mapping) else lambda name, default=None: getattr(config, name, default)
+    positions = get("max_position_embeddings")
+    if not isinstance(positions, int):
+        return None
+    if get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= (get("pad_token_id") or 0) + 1  # their positions start after the padding index
+    return positions
+
+
+def check_max_length(value, positions: int | None, what: str = "max_length") -> int:
+    """``value`` if it is a whole number from 1 to the base's positions, else a ConfigError saying so."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (positions and value > positions):
+        limit = f"1 to {positions} (the base's positions)" if positions else "a whole number >= 1"
+        raise ConfigError(f"{what} {value!r}: give {limit}")
+    return value
+
+
+def check_batch_size(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"batch_size={value!r}: give a whole number >= 1 (requests per forward)")
+    return value
+
+
+def _kind(value) -> str:
+    return "missing" if value is None else f"{type(value).__name__} {value!r}"
+
+
+def checked_request(position: int, request, tasks: Mapping[str, TaskSpec]) -> tuple[str, list[str]]:
+    """(task, texts) of one request, or ConfigError naming the request and what to fix. Each request stands
+    alone: ``task``, ``text`` and, for a pair task, ``text_b``, as non-empty strings; a single-text task
+    refuses a ``text_b`` (a sign of the wrong task)."""
+    if not isinstance(request, Mapping):
+        raise ConfigError(f"request {position}: expected a mapping with 'task' and 'text', found {_kind(request)}")
+    where = request.get("where", f"request {position}")
+    task = request.get("task")
+    if not isinstance(task, str):
+        raise ConfigError(f"{where}: 'task' must name a task (a string), found {_kind(task)}; tasks: {list(tasks)}")
+    if task not in tasks:
+        raise ConfigError(f"{where}: task {task!r} is not served here; tasks: {list(tasks)}")
+    spec = tasks[task]
+    names = ["text", "text_b"] if spec.is_pair else ["text"]
+    texts = [request.get(name) for name in names]
+    for name, text in zip(names, texts):
+        if not isinstance(text, str) or not text.strip():
+            needed = "'text' and 'text_b'" if spec.is_pair else "'text'"
+            found = "empty" if isinstance(text, str) else _kind(text)
+            raise ConfigError(f"{where}: task {task!r} needs {needed} as non-empty strings; {name!r} is {found}")
+    if not spec.is_pair and request.get("text_b") not in (None, ""):
+        raise ConfigError(
+            f"{where}: task {task!r} takes one text ('text'), but the request also has 'text_b'; check the task "
+            "name (leave 'text_b' out or empty for single-text tasks)"
+        )
+    return task, texts
+
+
+@contextlib.contextmanager
+def _quiet_padding(tokenizer) -> None:
+    """`tokenizer.pad` on encoded requests, without transformers' advice to pad while tokenising (padding
+    comes after sorting and batching here, on purpose)."""
+    key = "Asking-to-pad-a-fast-tokenizer"
+    warnings = getattr(tokenizer, "deprecation_warnings", None)
+    if warnings is None:
+        yield
+        return
+    before = warnings.get(key, False)
+    warnings[key] = True
+    try:
+        yield
+    finally:
+        warnings[key] = before
 
 
 class MultiTaskPredictor:
@@ -49,10 +142,17 @@ class MultiTaskPredictor:
         batch_size: int = 64,
         sort_by_length: bool = True,
     ):
+        self.batch_size = check_batch_size(batch_size)
+        lengths = dict(max_length) if isinstance(max_length, Mapping) else {t: max_length for t in model.tasks}
+        missing = [task for task in model.tasks if task not in lengths]
+        if missing:
+            raise ConfigError(f"max_length: give a length for tasks {missing} too (or one number for all)")
+        positions = usable_positions(model.backbone.config)
+        for task, length in lengths.items():
+            check_max_length(length, positions, f"max_length of task {task!r}")
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.max_length = max_length if isinstance(max_length, Mapping) else {t: max_length for t in model.tasks}
-        self.batch_size = batch_size
+        self.max_length = lengths
         # Batches of similar length pad little; off, batches follow the order of the requests (a
         # serving window), and a batch that mixes tasks pads to its longest request.
         self.sort_by_length = sort_by_length
@@ -61,22 +161,38 @@ class MultiTaskPredictor:
         self.one_forward = model.backend.supports_mixed_batches
 
     @classmethod
-    def from_exports(cls, exports, base=None, *, allow_pickle: bool = False, batch_size: int = 64):
-        """Tasks from export folders (or a run's export folder), each with the max length it was trained with."""
+    def from_exports(
+        cls,
+        exports,
+        base=None,
+        *,
+        allow_pickle: bool = False,
+        batch_size: int = 64,
+        max_length: int | None = None,
+    ):
+        """Tasks from export folders (or a run's export folder), each with the max length it was trained
+        with (``max_length``: one for all). Lengths and batch size are checked before anything loads, and the
+        tokenizer against the record of every task."""
+        check_batch_size(batch_size)
         folders = [
             f
             for item in ([exports] if isinstance(exports, (str, os.PathLike)) else exports)
             for f in task_folders(item)
         ]
+        manifests = [read_task_manifest(folder) for folder in folders]
+        lengths = {}
+        for folder, manifest in zip(folders, manifests):
+            length = max_length if max_length is not None else manifest.max_length or DEFAULT_MAX_LENGTH
+            positions = usable_positions(manifest.base_config) if base is None else None
+            what = "max_length" if max_length is not None else f"max_length of {folder}"
+            lengths[manifest.task] = check_max_length(length, positions, what)
         model = load_tasks(folders, base, allow_pickle=allow_pickle)
-        manifests = {folder: read_task_manifest(folder) for folder in folders}
-        lengths = {m.task: m.max_length or DEFAULT_MAX_LENGTH for m in manifests.values()}
-        # checked against the tokenizer files recorded at export
-        tokenizer = load_tokenizer(folders[0], base=str(base) if isinstance(base, (str, os.PathLike)) else None)
+        tokenizer = load_tokenizer(folders, base=str(base) if isinstance(base, (str, os.PathLike)) else None)
         return cls(model, tokenizer, lengths, batch_size)
 
     def predict(self, requests: Sequence[Mapping]) -> list[Prediction]:
-        """``requests``: mappings with ``task``, ``text`` and, for pair tasks, ``text_b``; answers in order."""
+        """``requests``: mappings with ``task``, ``text`` and, for pair tasks, ``text_b``; answers in order.
+        Every request is checked before any is answered."""
         encoded = [self._encode(i, request) for i, request in enumerate(requests)]
         order = list(range(len(encoded)))
         if self.sort_by_length:
@@ -89,15 +205,7 @@ class MultiTaskPredictor:
         return answers
 
     def _encode(self, position: int, request: Mapping) -> tuple[str, dict]:
-        where = request.get("where", f"request {position}")
-        task = request.get("task")
-        if task not in self.task_index:
-            raise ConfigError(f"{where}: task {task!r} is not served here; tasks: {list(self.task_index)}")
-        spec = self.model.tasks[task]
-        texts = [request.get("text")] + ([request.get("text_b")] if spec.is_pair else [])
-        if not all(isinstance(t, str) for t in texts):
-            needed = "'text' and 'text_b'" if spec.is_pair else "'text'"
-            raise ConfigError(f"{where}: task {task!r} needs {needed} as strings")
+        task, texts = checked_request(position, request, self.model.tasks)
         return task, self.tokenizer(*texts, truncation=True, max_length=self.max_length[task])
 
     @torch.no_grad()
@@ -122,37 +230,171 @@ class MultiTaskPredictor:
         return [self._decode(task, row) for task, row in zip(tasks, logits)]
 
     def _pad(self, features: list[dict], device) -> dict:
-        batch = self.tokenizer.pad(features, return_tensors="pt")
+        with _quiet_padding(self.tokenizer):
+            batch = self.tokenizer.pad(features, return_tensors="pt")
         return {k: v.to(device) for k, v in batch.items()}
 
     def _decode(self, task: str, logits: np.ndarray) -> Prediction:
-        spec = self.model.tasks[task]
-        if spec.is_regression:
-            low, high = spec.label_range or (-np.inf, np.inf)
-            label = float(np.clip(logits[0], low, high))
-        else:
-            label = spec.labels[int(logits.argmax())]
-        return Prediction(task, label, tuple(float(x) for x in logits))
+        return decode(self.model.tasks[task], logits)
 
 
-REQUEST_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+def decode(spec: TaskSpec, logits: np.ndarray) -> Prediction:
+    """A task's answer from its logits: the label (a score clipped to the task's range for regression)
+    and, for classification, the probability of each label."""
+    if spec.is_regression:
+        low, high = spec.label_range or (-np.inf, np.inf)
+        return Prediction(spec.name, float(np.clip(logits[0], low, high)), tuple(float(x) for x in logits))
+    values = np.asarray(logits, dtype=np.float64)
+    exp = np.exp(values - values.max())
+    probabilities = tuple(float(p) for p in exp / exp.sum())
+    label = spec.labels[int(np.argmax(values))]
+    return Prediction(spec.name, label, tuple(float(x) for x in logits), probabilities)
+
+
+# --------------------------------------------------------------------------- request files
+
+
+def request_id(value, where: str):
+    """A request's id as given (a string or a whole number), or None when it has none."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise DataError(f"{where}: 'id' must be a string or a whole number, found {_kind(value)}; quote it")
 
 
 def read_requests(path: str | os.PathLike) -> list[dict]:
-    """Requests from a CSV / TSV / JSON Lines file with columns ``task``, ``text`` and (for pair
-    tasks) ``text_b``; an ``id`` column, if present, is kept."""
+    """Requests from a CSV / TSV / JSON Lines file with ``task``, ``text`` and (for pair tasks) ``text_b``,
+    and an optional ``id``. Each JSON Lines record stands alone (single and pair tasks mix; any may lack
+    ``text_b`` or ``id``); in CSV / TSV an empty cell is a missing value. Every given id is kept; a request
+    without one gets its position in the file (0 for the first request). Ids must be unique."""
     path = Path(path)
     fmt = REQUEST_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise DataError(f"{path}: name the file .csv, .tsv or .jsonl so that its format is known")
     columns, rows, unit = iter_records(path, fmt, True, None)
-    wanted = [c for c in ("id", "task", "text", "text_b") if c in columns or c in ("task", "text")]
-    getters = {name: getter(path, columns, fmt, name) for name in wanted}
+    if fmt != "jsonl":
+        missing = [name for name in ("task", "text") if name not in columns]
+        if missing:
+            raise DataError(
+                f"{path}: missing column {missing[0]!r}; columns found: {', '.join(columns)}; requests need "
+                "task, text, text_b (pair tasks) and optionally id"
+            )
     requests = []
     for position, row in rows:
-        try:
-            requests.append({name: get(row) for name, get in getters.items()})
-        except MissingKey as err:
-            raise DataError(f"{path}, {unit} {position}: {err}") from None
-        requests[-1]["where"] = f"{path}, {unit} {position}"
+        where = f"{path}, {unit} {position}"
+        if fmt == "jsonl":
+            values = {name: row.get(name) for name in ("id", "task", "text", "text_b")}
+        else:
+            values = {name: row[columns.index(name)] if name in columns else None for name in ("id", "task", "text")}
+            text_b = row[columns.index("text_b")] if "text_b" in columns else ""
+            values["text_b"] = text_b or None
+        given = request_id(values.pop("id"), where)
+        requests.append({"id": len(requests) if given is None else given, **values, "where": where})
+        requests[-1]["id_given"] = given is not None
+    if not requests:
+        raise DataError(f"{path}: no requests (only a header)")
+    check_unique_ids(requests)
+    for request in requests:
+        del request["id_given"]
     return requests
+
+
+def check_unique_ids(items: list[dict], what: str = "requests") -> None:
+    """Refuses two ``items`` (dicts with ``id``, ``id_given`` and ``where``) with one id (compared as text, as
+    a TSV answer shows it): a given id twice, or a missing id numbered as another item's given id."""
+    seen: dict[str, dict] = {}
+    for item in items:
+        first = seen.setdefault(str(item["id"]), item)
+        if first is item:
+            continue
+        if first["id_given"] and item["id_given"]:
+            problem = f"id {item['id']!r} is also the id of {first['where']}"
+        elif item["id_given"]:
+            problem = f"its id {item['id']!r} is the number of {first['where']}, which has no id (its position)"
+        else:
+            problem = (
+                f"it has no id and is numbered {item['id']} (its position), which {first['where']} gives as its id"
+            )
+        raise DataError(
+            f"{item['where']}: {problem}; ids join the answers back to the {what}: give each its own id "
+            "(or none at all)"
+        )
+
+
+def served_tasks(exports) -> dict[str, TaskSpec]:
+    """The tasks of export folders (or a run's export folder) as trained, from their manifests only."""
+    folders = [
+        f for item in ([exports] if isinstance(exports, (str, os.PathLike)) else exports) for f in task_folders(item)
+    ]
+    specs = {}
+    for folder in folders:
+        spec = task_spec_of(read_task_manifest(folder), folder)
+        specs[spec.name] = spec
+    return specs
+
+
+# --------------------------------------------------------------------------- answer files
+
+
+def answer_format(path: Path, default: str | None = None) -> str:
+    """The format of an answers file from its name (.tsv, .csv, .jsonl); ConfigError for any other."""
+    fmt = ANSWER_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"{path}: name the answers file .tsv, .csv or .jsonl (the format it is written in)")
+    if default is not None and default != fmt:
+        raise ConfigError(f"{path}: the name says {fmt}, --format says {default}; give one of them")
+    return fmt
+
+
+def _text_value(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def write_table(path: Path, fmt: str, columns: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """Writes ``rows`` under ``columns`` at ``path`` in one step (a file beside it, then renamed): TSV and CSV
+    with Python's csv writer (a field holding the delimiter, a quote or a line break is quoted, as pandas and
+    the csv module read it back), JSON Lines with every value exact. Scores in TSV / CSV have 3 decimals,
+    probabilities 4."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", newline="", dir=path.parent, prefix=f".{path.name}.", delete=False
+    )
+    try:
+        with handle:
+            if fmt == "jsonl":
+                for row in rows:
+                    handle.write(json.dumps(dict(zip(columns, row)), ensure_ascii=False) + "\n")
+            else:
+                writer = csv.writer(handle, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n")
+                writer.writerow(columns)
+                for row in rows:
+                    writer.writerow(
+                        [
+                            f"{v:.4f}" if c == "probability" and v is not None else _text_value(v)
+                            for c, v in zip(columns, row)
+                        ]
+                    )
+        os.replace(handle.name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(handle.name)
+        raise
+
+
+def write_answers(
+    path: Path, fmt: str, requests: Sequence[Mapping], answers: Sequence[Prediction], tasks: Mapping[str, TaskSpec]
+) -> None:
+    """The answers to requests: ``id`` (the request's), ``task``, ``prediction`` and ``probability`` (of the
+    predicted label; empty for regression); JSON Lines also has ``probabilities`` by label."""
+    columns = ["id", "task", "prediction", "probability"] + (["probabilities"] if fmt == "jsonl" else [])
+    rows = []
+    for request, answer in zip(requests, answers):
+        row = [request["id"], answer.task, answer.label, answer.probability]
+        if fmt == "jsonl":
+            probabilities = answer.probabilities
+            row.append(dict(zip(tasks[answer.task].labels, probabilities)) if probabilities else None)
+        rows.append(row)
+    write_table(path, fmt, columns, rows)

@@ -6,7 +6,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,14 @@ class TaskSpec:
     """Everything needed to load and score one task.
 
     ``splits`` maps a split name to a file relative to the task folder
-    (``<glue_dir>/<glue_folder>`` for GLUE, ``data_dir`` for user tasks).
+    (``<glue_dir>/<glue_folder>`` for GLUE, ``data_dir`` for user tasks: the folder of
+    the task file, so that a moved data folder is the same task with another ``data_dir``).
     ``labels`` are the label strings as they appear in the files; a loaded
     ``label`` is an index into this tuple. ``hub_columns``/``hub_labels``
     describe the Hugging Face hub copy when it differs from the files.
+    ``id_column`` names a column of row ids that loading keeps (as ``id``);
+    ``skip_bad_rows`` skips malformed rows of the files, counted and reported,
+    instead of refusing the file.
     """
 
     name: str
@@ -48,6 +52,8 @@ class TaskSpec:
     hub_columns: tuple[str, ...] | None = None
     hub_labels: tuple[str, ...] | None = None
     label_range: tuple[float, float] | None = None
+    id_column: str | None = None
+    skip_bad_rows: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -91,7 +97,7 @@ class TaskSpec:
         if split not in self.splits:
             raise UnknownNameError(f"split of task {self.name!r}", split, self.splits)
         if self.data_dir is not None:
-            return Path(self.data_dir) / self.splits[split]
+            return Path(os.path.normpath(Path(self.data_dir) / self.splits[split]))
         if glue_dir is None:
             raise ConfigError(f"task {self.name!r} needs glue_dir (or env GLUE_DIR) to read local files")
         return Path(glue_dir) / (self.glue_folder or self.name) / self.splits[split]
@@ -166,6 +172,15 @@ def _validate(spec: TaskSpec) -> None:
             f"{where}.label_column {spec.label_column!r} is also a text column: the label would be "
             "part of the input; name another column"
         )
+    if spec.id_column is not None and (not isinstance(spec.id_column, str) or not spec.id_column):
+        raise ConfigError(f"{where}.id_column must be a column name (a non-empty string) or None")
+    if spec.id_column is not None and spec.id_column in (*spec.text_columns, spec.label_column):
+        raise ConfigError(
+            f"{where}.id_column {spec.id_column!r} is also the text or label column; name the column that "
+            "holds the row ids"
+        )
+    if not isinstance(spec.skip_bad_rows, bool):
+        raise ConfigError(f"{where}.skip_bad_rows must be true or false, got {spec.skip_bad_rows!r}")
     if not isinstance(spec.is_regression, bool):
         raise ConfigError(f"{where}.is_regression must be a bool")
     if spec.is_regression and spec.labels:
@@ -243,7 +258,7 @@ def _validate_header(spec: TaskSpec, where: str) -> None:
         raise ConfigError(f"{where}.column_positions is required for header-less splits {headerless}")
     if not all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in positions.items()):
         raise ConfigError(f"{where}.column_positions must map column names to indices >= 0")
-    needed = list(spec.text_columns) + ([spec.label_column] if spec.label_column else [])
+    needed = [*spec.text_columns, *(c for c in (spec.label_column, spec.id_column) if c)]
     missing = [c for c in needed if c not in positions]
     if missing:
         raise ConfigError(f"{where}.column_positions lacks columns {missing}")
@@ -398,6 +413,8 @@ _USER_KEYS = (
     "metrics",
     "format",
     "label_range",
+    "id_column",
+    "skip_bad_rows",
 )
 
 
@@ -414,6 +431,8 @@ def custom_task(
     metrics: str | list[str] | tuple[str, ...] | None = None,
     format: str | None = None,
     label_range: tuple[float, float] | None = None,
+    id_column: str | None = None,
+    skip_bad_rows: bool = False,
     base_dir: str | os.PathLike | None = None,
 ) -> TaskSpec:
     """Build a user task from files (relative paths resolve against ``base_dir``, default cwd).
@@ -421,15 +440,29 @@ def custom_task(
     ``labels`` default to the sorted distinct labels of the train file (numeric
     order when all are integers); ``metrics`` default to accuracy or pearson+spearman;
     ``format`` defaults to the files' extension (.csv, .tsv, .jsonl/.json).
+    ``id_column``: a column of row ids, kept by loading (as ``id``) and written in predictions.
+    ``skip_bad_rows``: skip the rows that cannot be read (each one counted and reported with its
+    line) instead of refusing the file; a classification task then needs ``labels``, since a
+    malformed row could otherwise add a class.
+
+    Relative file paths are kept relative to ``base_dir`` (``data_dir``), so the task of a data folder
+    that moved is the same task with another ``data_dir``; absolute ones stay as given.
     """
     check_task_name(name)  # before any file is read
     if type not in ("classification", "regression"):
         raise ConfigError(f"task {name!r}: type must be 'classification' or 'regression', got {type!r}")
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    base = _absolute(Path(base_dir) if base_dir is not None else Path.cwd())
     files = {s: f for s, f in (("train", train), ("validation", validation), ("test", test)) if f is not None}
     if not files:
         raise ConfigError(f"task {name!r}: give at least one of train, validation, test")
-    splits = {s: str((base / f).resolve()) for s, f in files.items()}
+    if not isinstance(skip_bad_rows, bool):
+        raise ConfigError(f"task {name!r}: skip_bad_rows must be true or false, got {skip_bad_rows!r}")
+    if skip_bad_rows and labels is None and type != "regression":
+        raise ConfigError(
+            f"task {name!r}: skip_bad_rows needs `labels` (list the classes): a malformed row's label could "
+            "otherwise become a class of its own"
+        )
+    splits = {s: _relative_to(base, f) for s, f in files.items()}
     if format is None:
         formats = {_EXTENSION_FORMATS.get(Path(f).suffix.lower()) for f in splits.values()}
         if None in formats or len(formats) != 1:
@@ -442,7 +475,8 @@ def custom_task(
     if metrics is None:
         metrics = REGRESSION_METRICS if regression else ("accuracy",)
     if labels is None and not regression:
-        labels = _infer_labels(name, splits.get("train"), text_columns, label_column, format)
+        train_file = base / splits["train"] if "train" in splits else None
+        labels = _infer_labels(name, train_file, text_columns, label_column, format)
     labels = tuple(labels) if labels is not None else ()
     return TaskSpec(
         name=name,
@@ -455,10 +489,54 @@ def custom_task(
         file_format=format,
         data_dir=str(base),
         label_range=label_range,
+        id_column=id_column,
+        skip_bad_rows=skip_bad_rows,
     )
 
 
-def _infer_labels(name: str, train: str | None, text_columns: Any, label_column: str, fmt: str) -> tuple[str, ...]:
+def _absolute(path: Path) -> Path:
+    # absolute and normalised, links kept as written (a linked file stays where the link points)
+    return Path(os.path.normpath(os.path.abspath(path)))
+
+
+def _relative_to(base: Path, file: str | os.PathLike) -> str:
+    """``file`` as the task file writes it: a path relative to ``base`` (the task file's folder) stays relative,
+    in / form, so that it moves with the folder; an absolute path stays absolute."""
+    if Path(file).is_absolute():
+        return str(_absolute(Path(file)))
+    return Path(os.path.normpath(file)).as_posix()
+
+
+def split_files(spec: TaskSpec) -> dict[str, str]:
+    """The absolute file of each split of a user task ({} for GLUE tasks): where the task's data is,
+    however its folder and files are written (an older record wrote absolute files)."""
+    if spec.data_dir is None:
+        return {}
+    return {split: str(_absolute(Path(spec.data_dir) / file)) for split, file in spec.splits.items()}
+
+
+def with_data_dir(spec: TaskSpec, data_dir: str | os.PathLike) -> TaskSpec:
+    """The same user task with its folder elsewhere (the data folder moved): the files the task file named
+    relative to it move with it (absolute ones stay)."""
+    if spec.data_dir is None:
+        raise ConfigError(f"task {spec.name!r} is a GLUE task: its files are found through glue_dir")
+    return replace(spec, data_dir=str(_absolute(Path(data_dir))))
+
+
+def comparable_spec(data: dict[str, Any]) -> dict[str, Any]:
+    """A recorded spec (`spec_to_json`) in the form that compares records made at different times: the
+    defaults of fields added since filled in, and the files as absolute paths (whichever way written)."""
+    try:
+        spec = spec_from_json(data)
+    except ConfigError:
+        return dict(data)
+    out = spec_to_json(spec)
+    out["splits"] = split_files(spec) or out["splits"]
+    out.pop("data_dir", None)
+    return out
+
+
+def _infer_labels(name: str, train: Path | None, text_columns: Any, label_column: str, fmt: str) -> tuple[str, ...]:
     if train is None:
         raise ConfigError(f"task {name!r}: labels are required when there is no train file to infer them from")
 

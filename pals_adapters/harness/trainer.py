@@ -40,10 +40,14 @@ class MultiTaskTrainer(Trainer):
         adapter_lr: float | None = None,
         example_batch_size: int = 32,
         mixed_batches: bool = False,
+        sampling_epochs: tuple[int, int] | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.eval_sets = eval_sets or {}
+        # (steps_per_epoch, max_steps) of an annealed sampler: its epoch goes into the training log
+        self.sampling_epochs = sampling_epochs
+        self.class_reports: dict = {}  # per-class view of the classification tasks at the last evaluation
         self.adapter_lr = adapter_lr
         # Trainer sees one item per step (a whole batch); this is the number of examples in it.
         self.example_batch_size = example_batch_size
@@ -192,13 +196,29 @@ class MultiTaskTrainer(Trainer):
             )
             self._task_mix.clear()
             self._task_loss.clear()
+        if "loss" in logs and self.sampling_epochs and self.state.global_step:
+            # Trainer's own "epoch" is the fraction of max_steps done (the run is one pass over its steps);
+            # the annealed sampler's epoch (steps_per_epoch steps each, 1..E) is another thing: name it.
+            per_epoch, total = self.sampling_epochs
+            last = -(-total // per_epoch)
+            logs["sampling_epoch"] = min((self.state.global_step - 1) // per_epoch + 1, last)
         super().log(logs, start_time) if start_time is not None else super().log(logs)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Per-task dev metrics and their average (``eval_average``, usable to pick the best checkpoint)."""
         model = self.accelerator.unwrap_model(self.model)
+        per_class = {}
         with _without_mixed_precision(model):
-            results = evaluate_tasks(model, self.eval_sets, self.processing_class, self.args.per_device_eval_batch_size)
+            results = evaluate_tasks(
+                model,
+                self.eval_sets,
+                self.processing_class,
+                self.args.per_device_eval_batch_size,
+                progress=not self.args.disable_tqdm and self.is_local_process_zero(),
+                leave=False,
+                per_class=per_class,
+            )
+        self.class_reports = per_class
         metrics = {f"{metric_key_prefix}_{k}": v for k, v in results.items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)

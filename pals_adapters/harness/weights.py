@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from ..errors import AdapterLoadError, IntegrityError
@@ -31,14 +31,29 @@ def save_tensors(path: Path, state_dict: Mapping[str, torch.Tensor], task: str, 
     """A safetensors file whose header names the task and part (checked on load)."""
     # clone: safetensors refuses tensors that share storage
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state_dict.items()}
-    save_file(tensors, str(path), metadata={"format": "pt", "task": task, "part": part})
+    _write_safetensors(path, tensors, {"format": "pt", "task": task, "part": part})
+
+
+def _write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """safetensors bytes whose header has its keys sorted: the same weights give the same file.
+
+    safetensors writes the header's metadata in a hash order that changes between processes, so two
+    exports of one checkpoint would differ in bytes. The sorted header has the same length and the
+    same data offsets, so the file stays valid for every reader."""
+    data = bytearray(save(dict(tensors), metadata=metadata))
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    if len(canonical) <= size:  # pad as the format allows (trailing spaces)
+        data[8 : 8 + size] = canonical.ljust(size, b" ")
+    Path(path).write_bytes(bytes(data))
 
 
 def tag_with_task(path: Path, task: str) -> None:
     """Adds the task to the header of a safetensors file another library wrote."""
     with safe_open(str(path), "pt") as handle:
         metadata = dict(handle.metadata() or {})
-    save_file(load_file(str(path)), str(path), metadata={**metadata, "task": task})
+    _write_safetensors(path, load_file(str(path)), {**metadata, "task": task})
 
 
 def weights_task(path: Path) -> str | None:

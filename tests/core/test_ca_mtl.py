@@ -14,8 +14,9 @@ from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, RobertaModel, XLMRobertaConfig, XLMRobertaModel
 
 import pals_adapters
-from pals_adapters import AdapterLoadError, ConfigError, UnsupportedModelError
+from pals_adapters import AdapterLoadError, ConfigError, UnsupportedModelError, UnsupportedOperationError
 from pals_adapters.ca_mtl import (
+    SHARED_MODULES_FILE,
     CAMTLConfig,
     ConditionalAttentionBias,
     count_ca_mtl_parameters,
@@ -636,9 +637,9 @@ def test_loading_never_drops_or_misplaces_weights(tmp_path, change, message):
 def test_shared_modules_load_strictly(tmp_path, change, message):
     model = with_tasks(bert(), "t")
     save_shared_modules(model, tmp_path)
-    weights = load_file(tmp_path / "ca_mtl_shared.safetensors")
+    weights = load_file(tmp_path / SHARED_MODULES_FILE)
     change(weights)
-    save_file(weights, tmp_path / "ca_mtl_shared.safetensors")
+    save_file(weights, tmp_path / SHARED_MODULES_FILE)
     fresh = with_tasks(bert(), "t")
     before = {k: v.clone() for k, v in fresh.ca_mtl.state_dict().items()}
     with pytest.raises(AdapterLoadError, match=message):
@@ -684,3 +685,186 @@ def test_reinitialize_top_layer_reproduces_the_reference_and_touches_nothing_els
     assert torch.equal(layer.output.LayerNorm.weight, torch.ones(48)) and torch.equal(
         layer.output.dense.bias, torch.zeros(48)
     )
+
+
+# --- adapters' generic calls (issue 24.4) ------------------------------------------------------------
+
+
+def shared_count(model):
+    return sum(p.numel() for p in model.base_model.ca_mtl.parameters())
+
+
+def test_adapter_summary_counts_the_shared_modules_with_the_ca_mtl_adapters_not_the_model():
+    model = bert()
+    base = sum(p.numel() for p in model.parameters())
+    with_tasks(model, "a", "b")
+    model.add_adapter("h", config="double_seq_bn")
+    houlsby = sum(p.numel() for n, p in model.named_parameters() if ".adapters.h." in n)
+    model.train_adapter("a")
+    rows = {row["name"]: row for row in model.adapter_summary(as_dict=True)}
+    shared = shared_count(model)
+    assert rows["Full model"]["#param"] == base  # the base model's own parameters, nothing else
+    assert rows["a"]["#param"] == rows["b"]["#param"] == 48 + shared
+    assert rows["h"]["#param"] == houlsby
+    assert (rows["a"]["train"], rows["b"]["train"]) == (True, False)
+    assert rows["a"]["%param"] == pytest.approx(100 * (48 + shared) / base)
+    text = model.adapter_summary()
+    assert f"{base:,}" in text and f"{48 + shared:,}" in text and f"the {shared:,} parameters" in text
+
+
+def test_deleting_the_last_ca_mtl_adapter_gives_back_the_base_model():
+    model = bert()
+    ids, mask = batch()
+    plain_keys = set(model.state_dict())
+    with torch.no_grad():
+        before = encoder(model, ids, mask)
+    with_tasks(model, "a", "b")
+    model.delete_adapter("a")
+    assert hasattr(model, "ca_mtl")  # "b" still uses the shared modules
+    model.delete_adapter("b")
+    assert set(model.state_dict()) == plain_keys  # shared modules and the task-embedding layer are gone
+    assert not any(hook for m in model.modules() for hook in m._forward_hooks.values() if hasattr(hook, "func"))
+    assert model.adapter_summary(as_dict=True)[-1]["#param"] == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        assert torch.equal(encoder(model, ids, mask), before)
+    # a later CA-MTL adapter starts afresh (one set of hooks): it equals one added to an untouched model
+    once = plain_copy_of(model)
+    for target in (model, once):
+        torch.manual_seed(5)
+        with_tasks(target, "c")
+    with torch.no_grad(), AdapterSetup("c"):
+        torch.testing.assert_close(encoder(model, ids, mask), encoder(once, ids, mask), atol=1e-6, rtol=0)
+
+
+def plain_copy_of(model):
+    fresh = bert()
+    fresh.load_state_dict({k: v for k, v in model.state_dict().items() if "ca_mtl" not in k}, strict=False)
+    return fresh
+
+
+def saved_tasks(tmp_path, *names):
+    """A model with trained-looking CA-MTL tasks, their folders and its shared modules' folder."""
+    model = with_tasks(bert(), *names)
+    for name in names:
+        model.save_adapter(str(tmp_path / name), name)
+    save_shared_modules(model, tmp_path / "shared")
+    return model
+
+
+def test_a_task_loaded_without_its_shared_modules_refuses_to_run_until_they_are_loaded(tmp_path):
+    model = saved_tasks(tmp_path, "a", "b")
+    ids, mask = batch()
+    fresh = plain_copy_of(model)
+    fresh.load_adapter(str(tmp_path / "a"))
+    fresh.load_adapter(str(tmp_path / "b"))
+    for setup in ("a", MultiTask("a", "b")):
+        kwargs = {"task_ids": torch.tensor([0, 1, 1, 0])} if isinstance(setup, MultiTask) else {}
+        with pytest.raises(AdapterLoadError, match=r"'a' from .*/a.*load_shared_modules"), AdapterSetup(setup):
+            encoder(fresh, ids, mask, **kwargs)
+    load_shared_modules(fresh, tmp_path / "shared")
+    with torch.no_grad(), AdapterSetup("b"):
+        torch.testing.assert_close(encoder(fresh, ids, mask), encoder(model, ids, mask), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("how", ["state dict", "train_adapter"])
+def test_a_state_dict_holding_the_shared_modules_or_training_them_ends_the_wait(tmp_path, how):
+    model = saved_tasks(tmp_path, "a")
+    fresh = plain_copy_of(model)
+    fresh.load_adapter(str(tmp_path / "a"))
+    if how == "state dict":
+        fresh.load_state_dict(model.state_dict())
+    else:
+        fresh.train_adapter("a")
+    ids, mask = batch()
+    with AdapterSetup("a"):
+        out = encoder(fresh, ids, mask)
+    if how == "state dict":
+        with AdapterSetup("a"):
+            torch.testing.assert_close(out, encoder(model, ids, mask), atol=1e-6, rtol=0)
+
+
+def test_a_task_loaded_onto_a_model_that_has_its_shared_modules_runs_at_once(tmp_path):
+    model = with_tasks(AutoAdapterModel.from_config(tiny_bert_config()).eval(), "a", "b")
+    model.save_adapter(str(tmp_path / "b"), "b", with_head=False)
+    ids, mask = batch()
+    with torch.no_grad(), AdapterSetup("b"):
+        expected = encoder(model, ids, mask)
+    model.delete_adapter("b")
+    model.save_pretrained(str(tmp_path / "model"))  # the shared modules and task "a"
+    loaded = AutoAdapterModel.from_pretrained(str(tmp_path / "model")).eval()
+    loaded.load_adapter(str(tmp_path / "b"))
+    with torch.no_grad(), AdapterSetup("b"):
+        torch.testing.assert_close(encoder(loaded, ids, mask), expected, atol=1e-6, rtol=0)
+
+
+def test_load_shared_modules_reads_the_files_of_earlier_versions(tmp_path):
+    model = saved_tasks(tmp_path, "a")
+    shared = tmp_path / "shared"
+    (shared / SHARED_MODULES_FILE).rename(shared / "ca_mtl_shared.safetensors")  # save_shared_modules before
+    fresh = plain_copy_of(model)
+    fresh.load_adapter(str(tmp_path / "a"))
+    load_shared_modules(fresh, shared)
+    (shared / "ca_mtl_config.json").unlink()  # a harness export's base folder has the weights only
+    (shared / "ca_mtl_shared.safetensors").rename(shared / SHARED_MODULES_FILE)
+    load_shared_modules(fresh, shared)
+    ids, mask = batch()
+    with torch.no_grad(), AdapterSetup("a"):
+        torch.testing.assert_close(encoder(fresh, ids, mask), encoder(model, ids, mask), atol=1e-6, rtol=0)
+    with pytest.raises(AdapterLoadError, match="holds no CA-MTL shared modules"):
+        load_shared_modules(fresh, tmp_path / "a")
+
+
+def test_merging_and_fusing_ca_mtl_adapters_are_refused_and_change_nothing():
+    model = with_tasks(bert(), "a", "b")
+    model.add_adapter("h", config="double_seq_bn")
+    ids, mask = batch()
+    with torch.no_grad(), AdapterSetup("a"):
+        before = encoder(model, ids, mask)
+    with pytest.raises(UnsupportedOperationError, match="CA-MTL adapter 'a' cannot be merged"):
+        model.merge_adapter("a")
+    for names in (["a", "b"], "a,h", Fuse("h", "b")):
+        with pytest.raises(UnsupportedOperationError, match="cannot be fused.*Average"):
+            model.add_adapter_fusion(names)
+    assert not model.adapters_config.fusions
+    with torch.no_grad(), AdapterSetup("a"):
+        assert torch.equal(encoder(model, ids, mask), before)
+
+
+def test_supports_adapter_answers_for_ca_mtl():
+    gpt2 = wrapped(GPT2Model(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50)))
+    assert not gpt2.supports_adapter("ca_mtl") and not gpt2.supports_adapter(CAMTLConfig())
+    assert gpt2.supports_adapter("lora") and bert().supports_adapter("ca_mtl")
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float16, 1e-2), (torch.bfloat16, 8e-2)])
+def test_half_precision_gives_the_float32_outputs(dtype, atol):
+    model = with_tasks(bert(), "a")
+    ids, mask = batch()
+    with torch.no_grad(), AdapterSetup("a"):
+        expected = encoder(model, ids, mask)
+        model.to(dtype)
+        out = encoder(model, ids, mask)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), expected, atol=atol, rtol=0)
+
+
+def test_a_saved_setup_reloads_with_its_shared_modules(tmp_path):
+    model = with_tasks(AutoAdapterModel.from_config(tiny_bert_config()).eval(), "a", "b")
+    for i, name in enumerate("ab"):
+        model.add_classification_head(name, num_labels=2 + i)
+    setup = BatchSplit("a", "b", batch_sizes=[1, 3])
+    model.save_adapter_setup(str(tmp_path / "setup"), setup, head_setup=setup)
+    save_shared_modules(model, tmp_path / "shared")
+    fresh = AutoAdapterModel.from_config(tiny_bert_config()).eval()
+    fresh.load_state_dict({k: v for k, v in model.state_dict().items() if "ca_mtl" not in k}, strict=False)
+    fresh.load_adapter_setup(str(tmp_path / "setup"), set_active=True)
+    load_shared_modules(fresh, tmp_path / "shared")
+    ids, mask = batch()
+    for name in "ab":
+        for m in (model, fresh):
+            m.set_active_adapters(name)
+            m.active_head = name
+        with torch.no_grad():
+            torch.testing.assert_close(
+                fresh(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits, atol=1e-6, rtol=0
+            )

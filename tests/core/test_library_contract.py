@@ -332,3 +332,23 @@ def test_adapter_trainer_checkpoints_and_resumes_pal_adapters(tmp_path):
     initial = adapter_params(head_model(("a",)), "a")
     assert trained.keys() == loaded.keys() and all(torch.equal(trained[k], loaded[k]) for k in trained)
     assert not all(torch.equal(trained[k], initial[k]) for k in trained)  # the weights came from the checkpoint
+
+
+# --- every registered config on one model ----------------------------------------------------------------
+
+
+def test_adapter_summary_of_every_registered_config_keeps_full_model_the_base_model():
+    """adapters' own test_model_adapter_summary (run in full by test_adapters_suite.py when its files are
+    there): with "pals" and "ca_mtl" registered, every config of ADAPTER_CONFIG_MAP on one BERT."""
+    from adapters import ADAPTER_CONFIG_MAP
+
+    model = AutoAdapterModel.from_config(tiny_config("bert"))
+    base = sum(p.numel() for p in model.parameters())
+    for name, config in ADAPTER_CONFIG_MAP.items():
+        if getattr(config, "phm_layer", False):  # a phm_dim of 4 needs a smaller reduction on a 32-wide model
+            config = config.replace(reduction_factor=4)
+        model.add_adapter(name, config=config)
+    rows = model.adapter_summary(as_dict=True)
+    assert [row["name"] for row in rows] == [*ADAPTER_CONFIG_MAP, "Full model"]
+    assert {"pals", "ca_mtl"} <= set(ADAPTER_CONFIG_MAP)
+    assert rows[-1]["#param"] == base

@@ -221,3 +221,47 @@ def test_a_predictor_answers_requests_of_several_tasks_in_one_forward(tmp_path, 
         with torch.no_grad():
             expected = load_task(tmp_path / "export" / task)(task=task, **inputs)["logits"][0]
         torch.testing.assert_close(torch.tensor(answer.logits), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_an_exported_task_loads_in_plain_adapters_with_the_base_folder_s_shared_modules(tmp_path, tiny_model_dir):
+    import adapters
+    from adapters import AdapterSetup
+
+    from pals_adapters.ca_mtl import SHARED_MODULES_FILE, load_shared_modules, save_shared_modules
+    from pals_adapters.harness.export import export_run
+
+    torch.manual_seed(0)
+    model = MultiTaskModel(BertModel.from_pretrained(tiny_model_dir), TASKS, get_method(METHOD), "finetune")
+    with torch.no_grad():  # a trained-looking model: not the initial weights
+        for param in model.trainable_parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    export = tmp_path / "export"
+    export_run(model, export, base_model_name=str(tiny_model_dir), tokenizer=tokenizer, max_length=16)
+    inputs = tokenizer(["A man sleeps.", "Nobody is sleeping on the sofa."], padding=True, return_tensors="pt")
+    trained = load_task(export / "rte")
+    with torch.no_grad(), trained.backend.activate(trained, "rte"):
+        expected = trained.encoder(**inputs).last_hidden_state
+
+    # as a user of plain adapters: the exported encoder, then the task folder
+    plain = BertModel.from_pretrained(export / "base").eval()
+    adapters.init(plain)
+    plain.load_adapter(str(export / "rte"))
+    with pytest.raises(AdapterLoadError, match=f"load_shared_modules.*{export / 'base'}"), AdapterSetup("rte"):
+        plain(**inputs)  # the shared modules are the freshly initialised ones: refused, not silently off
+    load_shared_modules(plain, export / "base")  # one format: the harness's base folder, read by the API
+    with torch.no_grad(), AdapterSetup("rte"):
+        torch.testing.assert_close(plain(**inputs).last_hidden_state, expected, atol=1e-6, rtol=0)
+    # and what the API writes is the file the harness writes
+    save_shared_modules(plain, tmp_path / "api")
+    ours, theirs = load_file(tmp_path / "api" / SHARED_MODULES_FILE), load_file(export / "base" / SHARED_MODULES_FILE)
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+@pytestmark_glue
+def test_the_block_layout_must_cover_max_length_before_anything_is_built(tiny_model_dir):
+    with pytest.raises(ConfigError, match="max_length=32.*max_seq_length=16 tokens.*max_length <= 16"):
+        RunConfig(
+            model=str(tiny_model_dir), tasks=["rte"], method="ca_mtl[max_seq_length=16]", max_length=32
+        ).validate()
+    RunConfig(model=str(tiny_model_dir), tasks=["rte"], method="ca_mtl[max_seq_length=32]", max_length=32).validate()

@@ -3,14 +3,15 @@
 import copy
 import json
 import shutil
-from pathlib import Path
+import subprocess
+import sys
 
 import adapters
 import pytest
 import torch
 from helpers import batch, tiny_bert_config
 from safetensors.torch import load_file
-from transformers import BertModel
+from transformers import BertModel, BertTokenizerFast
 
 from pals_adapters.errors import AdapterLoadError, IntegrityError
 from pals_adapters.harness.export import (
@@ -206,13 +207,11 @@ def test_base_by_name_or_path(exported, tmp_path):
 def test_export_base_writes_a_plain_model_and_tokenizer_files(exported, tmp_path):
     _, model, _ = exported("peft_lora", "finetune")
 
-    class Tokenizer:  # stands in for a transformers tokenizer: only save_pretrained is used
-        def save_pretrained(self, folder):
-            Path(folder, "tokenizer_config.json").write_text("{}")
-
-    folder = export_base(model, tmp_path, Tokenizer())
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{token}\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]))
+    folder = export_base(model, tmp_path / "out", BertTokenizerFast(str(vocab)))
     files = json.loads((folder / MANIFEST).read_text())["files"]
-    assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(files)
+    assert {"config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"} <= set(files)
     plain = BertModel.from_pretrained(folder, attn_implementation="eager")
     assert fingerprint_model(plain) == fingerprint_model(model)
 
@@ -359,3 +358,21 @@ def test_a_stray_pickle_file_is_refused(exported, tmp_path):
     torch.save({}, out / "rte" / "pytorch_model.bin")
     with pytest.raises(IntegrityError, match="pytorch_model.bin: pickle"):
         load_task(out / "rte", base=base)
+
+
+def test_a_weight_file_has_the_same_bytes_in_every_process(tmp_path):
+    # safetensors orders its header's metadata by a per-process hash: the same weights written by
+    # two processes (two exports of one checkpoint) must still be the same file.
+    script = (
+        "import sys, torch; from pathlib import Path;"
+        "from pals_adapters.harness.weights import save_tensors;"
+        "save_tensors(Path(sys.argv[1]), {'b': torch.ones(3), 'a': torch.arange(4.0)}, 'cola', 'head')"
+    )
+    files = [tmp_path / f"{i}.safetensors" for i in range(4)]
+    for path in files:
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True)
+    assert len({path.read_bytes() for path in files}) == 1
+    from pals_adapters.harness.weights import read_tensors, weights_task
+
+    assert weights_task(files[0]) == "cola"
+    assert torch.equal(read_tensors(files[0])["a"], torch.arange(4.0))

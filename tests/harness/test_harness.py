@@ -316,7 +316,7 @@ def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
     # predictions of the user's test file carry the file's own ids
     assert main(["predict", str(out / "export" / "reviews"), "--out", str(tmp_path / "pred")]) == 0
     lines = (tmp_path / "pred" / "reviews-test.tsv").read_text().splitlines()
-    assert [line.split("\t")[0] for line in lines] == ["index", "r-7", "r-3"]
+    assert [line.split("\t")[0] for line in lines] == ["id", "r-7", "r-3"]
     assert {line.split("\t")[1] for line in lines[1:]} <= {"neg", "pos"}
     assert main(["export", str(out), "--out", str(tmp_path / "again")]) == 0
     ids = torch.randint(1000, 2000, (3, 7))

@@ -169,3 +169,35 @@ def test_the_evaluate_module_computes_the_same_metrics(task):
     assert got.keys() == expected.keys()
     for key in expected:
         assert got[key] == pytest.approx(expected[key], abs=1e-12)
+
+
+def test_class_report_counts_by_hand_and_names_a_class_never_predicted():
+    from pals_adapters.harness.metrics import class_report
+
+    stars = custom_task("stars", train="t.csv", labels=["1", "2", "3"])
+    refs = [0, 0, 1, 1, 2, 2]
+    preds = [0, 0, 0, 1, 0, 1]  # class "3" is never predicted
+    report = class_report(stars, np.eye(3)[preds], refs)  # logits: argmax is preds
+    assert report["confusion"] == [[2, 0, 0], [1, 1, 0], [1, 1, 0]]
+    assert report["support"] == [2, 2, 2] and report["predicted"] == [4, 2, 0]
+    assert report["precision"] == [0.5, 0.5, 0.0] and report["recall"] == [1.0, 0.5, 0.0]
+    assert report["f1"] == pytest.approx([2 / 3, 0.5, 0.0])
+    assert report["never_predicted"] == ["3"] and report["labels"] == ["1", "2", "3"]
+    with pytest.raises(ValueError, match="regression"):
+        class_report("stsb", [0.5], [1.0])
+
+
+def test_class_table_puts_the_confusion_matrix_beside_the_per_class_scores():
+    from pals_adapters.harness.metrics import class_report
+    from pals_adapters.harness.report import class_table, never_predicted
+
+    report = class_report("rte", [0, 0, 0], [0, 1, 1])
+    lines = class_table("rte", "validation", report).splitlines()
+    assert lines[1] == "| class | precision | recall | F1 | rows | predicted | → entailment | → not_entailment |"
+    assert lines[3:] == [
+        "| entailment | 33.3 | 100.0 | 50.0 | 1 | 3 | 1 | 0 |",
+        "| not_entailment | 0.0 | 0.0 | 0.0 | 2 | 0 | 2 | 0 |",
+    ]
+    assert never_predicted({"rte": {"validation": report}}) == [
+        "rte validation: class 'not_entailment' is never predicted (0 of 3 predictions; 2 rows have it)"
+    ]

@@ -408,6 +408,8 @@ def forward_unknown_task(tmp):
 
 
 BAD_INPUT = {
+    **cases.SERVING_AND_ADD_TO,  # issue 25: serving and adding a task
+    **cases.OWN_DATA,  # issue 25: a user's own data
     # malformed rows and files
     "tsv-too-few-fields": (
         load_rte(RTE_HEADER + "0\ta\tb\tentailment\n1\tonly one\tentailment\n"),
@@ -555,7 +557,7 @@ BAD_INPUT = {
     "evaluate-base-with-another-tokenizer": (
         cases.evaluate_on_a_base_with_another_tokenizer,
         SystemExit,
-        ["tokenizer of", "other-base", "tokenizer_config.json", "use the base the task was trained on"],
+        ["tokenizer of", "other-base", "(padding_side differ)", "use the base the task was trained on"],
     ),
     # issue 9.2: one run per output folder
     "second-run-into-a-busy-folder": (
@@ -612,6 +614,21 @@ BAD_INPUT = {
         cases.cli_train("--max-length", "4096", "--tasks", "rte", model=True),
         SystemExit,
         ["max_length=4096", "has 128 positions", "max_length <= 128"],
+    ),
+    "ca-mtl-layout-shorter-than-max-length": (
+        cases.ca_mtl_train("--method", "ca_mtl[max_seq_length=16]", "--max-length", "32"),
+        SystemExit,
+        ["max_length=32", "max_seq_length=16 tokens", "choose max_length <= 16", "max_seq_length=32"],
+    ),
+    "ca-mtl-default-layout-under-max-length-200-on-a-512-position-base": (
+        cases.ca_mtl_train("--method", "ca_mtl", "--max-length", "200", positions=512),
+        SystemExit,
+        ["max_length=200", "max_seq_length=128 tokens", "choose max_length <= 128"],
+    ),
+    "ca-mtl-more-frozen-layers-than-the-model-has": (
+        cases.ca_mtl_train("--method", "ca_mtl[num_frozen_layers=5]", "--max-length", "32"),
+        SystemExit,
+        ["num_frozen_layers=5", "the model has only 2 layers"],
     ),
     "model-that-does-not-exist": (
         cli("--model", "/no/such/model", "--tasks", "rte"),

@@ -44,6 +44,11 @@ class MethodBackend:
         if method.overrides:
             raise ConfigError(f"method {method.spec!r}: '{method.name}' takes no settings")
 
+    @classmethod
+    def check_run(cls, method: Method, max_length: int, model_config) -> None:
+        """Refuses a run this method cannot train on this model (its transformers config) with inputs of up
+        to ``max_length`` tokens; called by the run's validation, before anything is built."""
+
     def attach(self, model: MultiTaskModel, encoder: PreTrainedModel, tasks: list[str]) -> nn.Module:
         """Adds every task's parameters; returns the encoder the model runs (it may be a wrapper)."""
         return encoder

@@ -3,8 +3,10 @@ conditional modules are shared by every task, like the fine-tuned base, and are 
 
 from __future__ import annotations
 
-from ...ca_mtl import load_shared_state_dict, shared_state_dict, trainable_shared_parameters
-from ...errors import AdapterLoadError
+from adapters import AdapterConfig
+
+from ...ca_mtl import SUPPORTED_MODEL_TYPES, load_shared_state_dict, shared_state_dict, trainable_shared_parameters
+from ...errors import AdapterLoadError, ConfigError
 from .adapter_configs import AdapterConfigBackend
 from .base import register_backend
 
@@ -14,6 +16,25 @@ class CAMTLBackend(AdapterConfigBackend):
     kind = "ca_mtl"
     supports_mixed_batches = True  # rows are routed to their task embedding by adapters' MultiTask block
     has_shared_modules = True
+
+    @classmethod
+    def check_run(cls, method, max_length, model_config):
+        model_type = getattr(model_config, "model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(
+                f"method {method.spec!r} needs a BERT-like encoder ({', '.join(SUPPORTED_MODEL_TYPES)}); "
+                f"the model is a {model_type!r}: choose another method or model"
+            )
+        config = AdapterConfig.load(method.adapters_config())
+        # the block layout, frozen layers and bottleneck on this model (ConfigError naming the setting)
+        config.sizes(model_config.hidden_size, model_config.num_hidden_layers)
+        if max_length > config.max_seq_length:
+            raise ConfigError(
+                f"max_length={max_length}: method {method.spec!r} lays its conditional attention out over "
+                f"max_seq_length={config.max_seq_length} tokens, and longer inputs cannot run through it: choose "
+                f"max_length <= {config.max_seq_length}, or a layout that covers the inputs (the method setting "
+                f"max_seq_length={max_length})"
+            )
 
     def trainable_shared_parameters(self, model):
         # the conditional modules, the layers above the frozen bottom ones and the pooler (per the config);

@@ -7,7 +7,7 @@ config, tokenizer); `manifest` is the typed record both use; `fingerprint` ident
 """
 
 from .files import BASE_DIR
-from .fingerprint import base_config, base_state_dict, fingerprint, fingerprint_model, tokenizer_files
+from .fingerprint import base_config, base_state_dict, fingerprint, fingerprint_model, tokenizer_fingerprint
 from .manifest import (
     BaseManifest,
     EvaluationRecord,
@@ -38,5 +38,5 @@ __all__ = [
     "read_base_manifest",
     "read_task_manifest",
     "task_folders",
-    "tokenizer_files",
+    "tokenizer_fingerprint",
 ]

@@ -1,6 +1,6 @@
 """What the shared base of a multi-task model is: its weights under plain transformers names and their
-fingerprint, its model config, and its tokenizer's files. A task export records all three of the
-base it needs; loading checks each."""
+fingerprint, its model config, and what of its tokenizer decides the token ids. A task export records
+all three of the base it needs; loading checks each."""
 
 from __future__ import annotations
 
@@ -174,20 +174,124 @@ def config_differences(recorded: Mapping, live: Mapping) -> list[str]:
     ]
 
 
-def tokenizer_files(tokenizer) -> dict[str, str]:
-    """sha256 of each file ``tokenizer.save_pretrained`` writes (vocabulary, normalisation, special tokens,
-    padding side ...). JSON files are hashed in a canonical form, without the truncation and padding of the
-    last call that tokenizer.json carries."""
+# A tokenizer fingerprint: the sha256 of each part that decides the token ids, under these names, and
+# this format tag. A record without the tag is one of the first format: the digests of the files
+# `save_pretrained` wrote (see `_legacy_file_digests`), still accepted where they can be checked.
+TOKENIZER_FORMAT = "token-ids/1"
+_FORMAT_KEY = "format"
+# What a fast tokenizer's backend holds besides these (truncation, padding, decoder) is call state or
+# decoding, and is left out.
+_BACKEND_PARTS = ("model", "normalizer", "pre_tokenizer", "post_processor", "added_tokens")
+_SETTINGS = ("model_max_length", "padding_side", "truncation_side", "model_input_names")
+# A slow tokenizer's own settings (its fast twin holds them in the backend parts above).
+_SLOW_SETTINGS = (
+    "do_lower_case",
+    "strip_accents",
+    "tokenize_chinese_chars",
+    "do_basic_tokenize",
+    "never_split",
+    "add_prefix_space",
+    "keep_accents",
+    "remove_space",
+    "split_by_punct",
+    "vocab_type",
+)
+
+
+def _float32(value: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _token_parts(tokenizer) -> dict:
+    """What decides the ids a tokenizer gives a text, as JSON values: its model (vocabulary, merges,
+    pieces), normaliser (lower-casing, accents), pre-tokeniser, post-processor (the special tokens it
+    adds), added and special tokens, and its length, padding and truncation sides."""
+    if getattr(tokenizer, "is_fast", False):
+        backend = json.loads(tokenizer.backend_tokenizer.to_str())
+        parts = {name: backend.get(name) for name in _BACKEND_PARTS}
+        # `special` marks what decoding skips; matching uses the other flags
+        added = [{k: v for k, v in token.items() if k != "special"} for token in parts["added_tokens"] or []]
+        parts["added_tokens"] = sorted(added, key=lambda token: token["id"])
+        model = parts["model"] or {}
+        if model.get("type") == "Unigram":  # float32 scores: a converted file and its reload differ past that
+            model["vocab"] = [[piece, _float32(score)] for piece, score in model["vocab"]]
+    else:  # a slow tokenizer (the harness loads fast ones; a caller may pass a slow one)
+        parts = {
+            "model": sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]),
+            "added_tokens": sorted((i, str(t)) for i, t in tokenizer.added_tokens_decoder.items()),
+            "slow_settings": {k: getattr(tokenizer, k, tokenizer.init_kwargs.get(k)) for k in _SLOW_SETTINGS},
+        }
+        if hasattr(tokenizer, "sp_model"):  # a SentencePiece model: its pieces' scores decide the splits
+            parts["sentencepiece"] = hashlib.sha256(tokenizer.sp_model.serialized_model_proto()).hexdigest()
+    parts["special_tokens"] = {}
+    for name, value in tokenizer.special_tokens_map.items():
+        tokens = [str(token) for token in value] if isinstance(value, (list, tuple)) else [str(value)]
+        parts["special_tokens"][name] = [[token, tokenizer.convert_tokens_to_ids(token)] for token in tokens]
+    for name in _SETTINGS:
+        parts[name] = getattr(tokenizer, name, None)
+    return parts
+
+
+def tokenizer_fingerprint(tokenizer) -> dict[str, str]:
+    """sha256 of each part of a tokenizer that decides the token ids (see `_token_parts`), by part name.
+
+    Call state (the max length, stride and truncation of the last call, that tokenizer.json and a
+    reloaded tokenizer_config.json carry) and how the files spell things (a special token as a string
+    or as an AddedToken dict, a slow vocab.txt or its converted tokenizer.json) are not part of it: a
+    tokenizer saved and loaded again, or converted from its slow files, has the same fingerprint.
+    """
+    return {_FORMAT_KEY: TOKENIZER_FORMAT, **{name: _digest(value) for name, value in _token_parts(tokenizer).items()}}
+
+
+def _legacy_digest(path: Path) -> str:
+    data = path.read_bytes()
+    if path.suffix == ".json":
+        value = json.loads(data)
+        if path.name == "tokenizer.json":
+            value.pop("truncation", None)
+            value.pop("padding", None)
+        data = json.dumps(value, sort_keys=True).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _legacy_file_digests(tokenizer) -> dict[str, str]:
+    """The first format: sha256 of each file ``tokenizer.save_pretrained`` writes."""
     with tempfile.TemporaryDirectory() as folder:
         tokenizer.save_pretrained(folder)
-        digests = {}
-        for path in sorted(Path(folder).iterdir()):
-            data = path.read_bytes()
-            if path.suffix == ".json":
-                value = json.loads(data)
-                if path.name == "tokenizer.json":
-                    value.pop("truncation", None)
-                    value.pop("padding", None)
-                data = json.dumps(value, sort_keys=True).encode()
-            digests[path.name] = hashlib.sha256(data).hexdigest()
-    return digests
+        return {path.name: _legacy_digest(path) for path in sorted(Path(folder).iterdir())}
+
+
+def _legacy_file_is(folder: Path, name: str, digest: str) -> bool:
+    path = folder / name
+    if Path(name).name != name or not path.is_file():  # a plain file of that folder, nothing else
+        return False
+    try:
+        return _legacy_digest(path) == digest
+    except (OSError, ValueError):  # unreadable, or a .json file that is not JSON
+        return False
+
+
+def tokenizer_differences(recorded: Mapping[str, str], tokenizer, folder: Path | None = None) -> list[str]:
+    """The parts in which ``tokenizer`` differs from the ``recorded`` `tokenizer_fingerprint`; [] if none.
+
+    A record of the first format (file digests, written before this one) matches when the tokenizer
+    saves to the same files, or when ``folder`` (by default the folder the tokenizer was loaded from)
+    holds the recorded files: an exported base carries the files its record was taken from.
+    """
+    if recorded.get(_FORMAT_KEY) == TOKENIZER_FORMAT:
+        live = tokenizer_fingerprint(tokenizer)
+        return sorted(name for name in set(live) | set(recorded) if live.get(name) != recorded.get(name))
+    if _FORMAT_KEY in recorded:
+        return [f"{_FORMAT_KEY} ({recorded[_FORMAT_KEY]!r}: recorded by a newer pals_adapters; upgrade it)"]
+    live = _legacy_file_digests(tokenizer)
+    if live == recorded:
+        return []
+    if folder is None and Path(tokenizer.name_or_path).is_dir():
+        folder = Path(tokenizer.name_or_path)
+    if folder is not None and all(_legacy_file_is(folder, name, digest) for name, digest in recorded.items()):
+        return []
+    return sorted(name for name in set(live) | set(recorded) if live.get(name) != recorded.get(name))

@@ -18,6 +18,7 @@ import torch
 
 from ...errors import IntegrityError
 from ..methods import BASE_MODES
+from ..model import POOLINGS
 from ..weights import json_default
 
 FORMAT_VERSION = 2  # 2: the base's config and tokenizer are part of its identity; evaluation settings
@@ -55,7 +56,7 @@ class BaseManifest:
     files: dict[str, str]
     base_model_name: str | None = None
     attn_implementation: str | None = None
-    tokenizer_files: dict[str, str] | None = None  # see fingerprint.tokenizer_files
+    tokenizer_files: dict[str, str] | None = None  # see fingerprint.tokenizer_fingerprint
     format_version: int = FORMAT_VERSION
 
 
@@ -80,8 +81,12 @@ class TaskManifest:
     max_length: int | None = None  # tokens per example in training: evaluate / predict use the same
     tokenizer_files: dict[str, str] | None = None  # the tokenizer the task was trained with
     evaluation: EvaluationRecord | None = None
+    # a user task's files: where they were seen from this folder, and their sha256 (`data.data_record`)
+    task_data: dict[str, Any] | None = None
     num_parameters: int | None = None
     producer: str | None = None
+    # how the head reads the encoder (`model.POOLINGS`); None in exports written before "first_token": "pooler"
+    pooling: str | None = None
     format_version: int = FORMAT_VERSION
 
 
@@ -179,11 +184,13 @@ def read_task_manifest(folder: Path) -> TaskManifest:
     ):
         if not isinstance(data.get(name), kind) or not data[name]:
             bad(name, f"must be a non-empty {kind.__name__}")
-    for name, kind in (("tokenizer_files", dict), ("evaluation", dict), ("max_length", int)):
+    for name, kind in (("tokenizer_files", dict), ("evaluation", dict), ("max_length", int), ("task_data", dict)):
         if data.get(name) is not None and not isinstance(data[name], kind):
             bad(name, f"must be a {kind.__name__} or null")
     if data["base_mode"] not in BASE_MODES:
         bad("base_mode", f"must be one of {BASE_MODES}")
+    if data.get("pooling") is not None and data["pooling"] not in POOLINGS:
+        bad("pooling", f"must be one of {POOLINGS} or null")
     if data["base_mode"] == "finetune" and not isinstance(data.get("base_path"), str):
         bad("base_path", "is required for a fine-tuned base")
     method = data["method"]

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from ..methods import get_method
-from ..model import MultiTaskModel, resolve_model
+from ..model import MultiTaskModel, pretrained_pooler, resolve_model
 from ..tasks import TaskSpec, spec_from_json
 from ..weights import load_module, read_tensors
 from .files import check_identity, refuse_pickle, verify_files
@@ -27,7 +27,7 @@ from .fingerprint import (
     fingerprint_model,
     plain_class,
     shared_state_dict,
-    tokenizer_files,
+    tokenizer_differences,
 )
 from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
 from .write import HEAD_FILE, SHARED_MODULES_FILE
@@ -206,6 +206,7 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
                 ("method", other.spec, method.spec),
                 ("base mode", manifest.base_mode, first.base_mode),
                 ("base fingerprint", manifest.base_fingerprint, first.base_fingerprint),
+                ("pooling", manifest.pooling or "pooler", first.pooling or "pooler"),
             )
             if a != b
         ]
@@ -218,7 +219,12 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
         specs[spec.name] = spec
 
     encoder, source = _load_base(first_folder, first, base, allow_pickle)
-    model = MultiTaskModel(encoder, specs, method, first.base_mode)
+    pooling = first.pooling or "pooler"  # exports before first-token pooling read the pretrained pooler
+    if pooling == "pooler" and pretrained_pooler(encoder) is None:
+        raise AdapterLoadError(
+            f"the base from {source} has no pooler; the head of {first_folder} reads the pretrained pooler"
+        )
+    model = MultiTaskModel(encoder, specs, method, first.base_mode, pooling=pooling)
     shared, shared_source = _shared_state(first_folder, first, base)
     model.backend.load_shared_state(model, shared, shared_source)
     got, expected = fingerprint_model(model), first.base_fingerprint  # the method's shared modules included
@@ -238,22 +244,23 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
             + "; ".join(differences)
             + "): its outputs would differ; load the task on its own base"
         )
-    if getattr(encoder, "pooler", None) is None:
-        raise AdapterLoadError(f"the base from {source} has no pooler; the task head reads the pooled output")
 
     backend = model.backend
     for folder, manifest, spec, _ in checked:
         if backend.weight_files is not None:
             weights = _weights_file(folder, manifest, backend.weight_files, method.kind)
             backend.load_task(model, spec.name, folder, weights)
-        load_module(model.heads[spec.name], _weights_file(folder, manifest, (HEAD_FILE, "head.bin"), "head"))
+        load_module(model.task_head(spec.name), _weights_file(folder, manifest, (HEAD_FILE, "head.bin"), "head"))
     return model.eval()
 
 
-def load_tokenizer(export_dir: PathLike, base: str | None = None):
-    """The tokenizer a task was trained with: the exported base's (fine-tuned runs), else that of ``base`` or
-    of the manifest's base model; its files must be those recorded at export (AdapterLoadError if not)."""
-    folder = Path(export_dir)
+def load_tokenizer(exports, base: str | None = None):
+    """The tokenizer the tasks were trained with: the exported base's (fine-tuned runs), else that of ``base``
+    or of the manifest's base model. ``exports``: a task folder, a run's export folder, or a list of them;
+    the tokenizer's files must be those that every task's manifest recorded (AdapterLoadError if not)."""
+    items = [exports] if isinstance(exports, (str, os.PathLike)) else list(exports)
+    folders = [folder for item in items for folder in task_folders(item)]
+    folder = folders[0]
     manifest = read_task_manifest(folder)
     source = base or resolve_model(manifest.base_model_name or "")
     if base is None and manifest.base_mode == "finetune":
@@ -266,15 +273,22 @@ def load_tokenizer(export_dir: PathLike, base: str | None = None):
         tokenizer = AutoTokenizer.from_pretrained(str(source))
     except (OSError, ValueError) as err:
         raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}") from err
-    if manifest.tokenizer_files is None:
-        logger.warning("%s records no tokenizer: the tokenizer of %s is used unchecked", folder / MANIFEST, source)
-        return tokenizer
-    live = tokenizer_files(tokenizer)
-    if live != manifest.tokenizer_files:
-        recorded = manifest.tokenizer_files
-        changed = sorted(n for n in set(live) | set(recorded) if live.get(n) != recorded.get(n))
-        raise AdapterLoadError(
-            f"the tokenizer of {source} differs from the one {folder} was trained with ({', '.join(changed)} "
-            "differ): its inputs would differ; use the base the task was trained on"
-        )
+    check_tokenizer(tokenizer, folders, source)
     return tokenizer
+
+
+def check_tokenizer(tokenizer, folders, source) -> None:
+    """Refuses a tokenizer whose files differ from those any of the task folders recorded at export
+    (every task is checked: tasks added to an export later record the tokenizer they were trained with)."""
+    for folder in folders:
+        folder = Path(folder)
+        recorded = read_task_manifest(folder).tokenizer_files
+        if recorded is None:
+            logger.warning("%s records no tokenizer: the tokenizer of %s is used unchecked", folder / MANIFEST, source)
+            continue
+        changed = tokenizer_differences(recorded, tokenizer)
+        if changed:
+            raise AdapterLoadError(
+                f"the tokenizer of {source} differs from the one {folder} was trained with ({', '.join(changed)} "
+                "differ): its inputs would differ; use the base the task was trained on"
+            )

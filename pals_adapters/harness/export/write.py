@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...errors import ConfigError
+from ..data import data_record
 from ..model import MultiTaskModel
 from ..tasks import check_task_name, spec_to_json
 from ..weights import json_default, save_tensors
@@ -36,7 +37,8 @@ from .fingerprint import (
     fingerprinted_state,
     plain_class,
     shared_state_dict,
-    tokenizer_files,
+    tokenizer_differences,
+    tokenizer_fingerprint,
 )
 from .manifest import (
     BaseManifest,
@@ -45,6 +47,7 @@ from .manifest import (
     TaskManifest,
     manifest_contents,
     read_base_manifest,
+    read_task_manifest,
     write_manifest,
 )
 from .staging import staged_export
@@ -78,7 +81,8 @@ class _Base:
         self.fingerprint = fingerprint(fingerprinted_state(model))
         self.dtype = dtype_name(state)
         self.config = base_config(model)
-        self.tokenizer_files = tokenizer_files(tokenizer) if tokenizer is not None else None
+        self.tokenizer = tokenizer
+        self.tokenizer_files = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
 
 
 def _write_base(model: MultiTaskModel, folder: Path, tokenizer, base: _Base, base_model_name: str | None) -> None:
@@ -107,7 +111,10 @@ def _base_is_current(folder: Path, base: _Base) -> bool:
     if manifest_contents(folder) != "base":
         return False
     existing = read_base_manifest(folder)
-    same_tokenizer = base.tokenizer_files is None or existing.tokenizer_files == base.tokenizer_files
+    same_tokenizer = base.tokenizer is None or (
+        existing.tokenizer_files is not None
+        and not tokenizer_differences(existing.tokenizer_files, base.tokenizer, folder)
+    )
     return existing.fingerprint == base.fingerprint and same_tokenizer
 
 
@@ -127,7 +134,7 @@ def _write_task(
     base_mode = base_mode or model.base_mode
     folder.mkdir()
     model.backend.save_task(model, task, folder, base_model_name)
-    save_tensors(folder / HEAD_FILE, model.heads[task].state_dict(), task, "head")
+    save_tensors(folder / HEAD_FILE, model.task_head(task).state_dict(), task, "head")
     manifest = TaskManifest(
         task=task,
         task_spec=spec_to_json(model.tasks[task]),
@@ -144,8 +151,10 @@ def _write_task(
         max_length=max_length,
         tokenizer_files=base.tokenizer_files,
         evaluation=evaluation,
+        task_data=data_record(model.tasks[task], folder),
         num_parameters=sum(p.numel() for _, p in model.task_parameters(task)),
         producer=f"pals_adapters {__version__}",
+        pooling=model.pooling,
     )
     write_manifest(folder, manifest)  # last: a folder without it never loads
 
@@ -183,6 +192,52 @@ def export_task(
     return Path(out_dir) / task
 
 
+def other_tasks(out_dir: PathLike, tasks) -> dict[str, TaskManifest]:
+    """The task folders of the export in ``out_dir`` whose task is not in ``tasks`` (e.g. tasks added to it
+    later with ``add_to``), by name, with their manifests."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return {}
+    return {
+        path.name: read_task_manifest(path)
+        for path in sorted(out_dir.iterdir())
+        if path.is_dir() and path.name not in tasks and manifest_contents(path) == "task"
+    }
+
+
+def _why_not_kept(manifest: TaskManifest, model: MultiTaskModel, base: _Base, base_mode: str) -> str | None:
+    """Why a task of the export cannot stay beside the model's tasks (None: it can; same method and base)."""
+    overrides = json.loads(json.dumps(dict(model.method.overrides), default=json_default))
+    if manifest.method.name != model.method.name or manifest.method.overrides != overrides:
+        return f"method {manifest.method.name!r}, not {model.method.spec!r}"
+    if manifest.base_mode != base_mode or manifest.base_fingerprint != base.fingerprint:
+        return "another base (a fine-tuned base changes with every checkpoint)"
+    if (
+        base.tokenizer is not None
+        and manifest.tokenizer_files is not None
+        and tokenizer_differences(manifest.tokenizer_files, base.tokenizer)
+    ):
+        return "another tokenizer"
+    return None
+
+
+def check_other_tasks_kept(out_dir: PathLike, model: MultiTaskModel, tokenizer=None, base: _Base | None = None) -> list:
+    """The tasks of the export in ``out_dir`` that ``model`` does not have, after checking that they can stay
+    beside its tasks (same method, base and tokenizer); ConfigError naming them if not: an export of the
+    model would delete them."""
+    others = other_tasks(out_dir, model.tasks)
+    base = base or _Base(model, tokenizer)
+    refused = {name: why for name, m in others.items() if (why := _why_not_kept(m, model, base, model.base_mode))}
+    if refused:
+        detail = "; ".join(f"{name}: {why}" for name, why in refused.items())
+        raise ConfigError(
+            f"{out_dir} holds tasks {sorted(refused)} that this model does not have (added to the export later "
+            f"with add_to?), trained on what this export would replace ({detail}): exporting here would delete "
+            "them. Export to another folder (--out), or move them away first; nothing was written"
+        )
+    return sorted(others)
+
+
 def export_added_task(
     model: MultiTaskModel,
     task: str,
@@ -194,18 +249,74 @@ def export_added_task(
     max_length: int | None = None,
     tokenizer=None,
     evaluation: EvaluationRecord | None = None,
+    replace: bool = False,
 ) -> Path:
     """Writes a task trained later against an export's shared base into that export, next to its tasks,
-    which are carried over unchanged. The base is not written again: the model must hold the one there."""
-    _check_exportable(model, task)
+    which are carried over unchanged (see `export_added_tasks`)."""
+    return export_added_tasks(
+        model,
+        [task],
+        out_dir,
+        base_mode=base_mode,
+        base_model_name=base_model_name,
+        metrics_by_task={task: metrics} if metrics else None,
+        max_length=max_length,
+        tokenizer=tokenizer,
+        evaluation=evaluation,
+        replace=replace,
+    )[task]
+
+
+def export_added_tasks(
+    model: MultiTaskModel,
+    tasks,
+    out_dir: PathLike,
+    *,
+    base_mode: str,
+    base_model_name: str | None,
+    metrics_by_task: dict[str, dict] | None = None,
+    max_length: int | None = None,
+    tokenizer=None,
+    evaluation: EvaluationRecord | None = None,
+    replace: bool = False,
+) -> dict[str, Path]:
+    """Writes tasks trained later against an export's shared base into that export, in one step, next to its
+    other tasks, which are carried over unchanged. The base is not written again: the model must hold the one
+    there (same fingerprint as every task of the export), with the export's method. A task the export already
+    has is refused unless ``replace`` (then its folder is replaced, the others stay byte for byte)."""
+    tasks = list(tasks)
+    for task in tasks:
+        _check_exportable(model, task)
     base = _Base(model, tokenizer)
-    with staged_export(out_dir, only=[task]) as staging:
-        if base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base):
-            raise ConfigError(f"{out_dir}: the model's base is not the export's base; nothing was written")
-        _write_task(
-            model, task, staging / task, base, base_model_name, metrics, max_length, evaluation, base_mode=base_mode
-        )
-    return Path(out_dir) / task
+    metrics_by_task = metrics_by_task or {}
+    with staged_export(out_dir, only=tasks) as staging:
+        existing = other_tasks(out_dir, ())  # every task of the export (read under the export's lock)
+        taken = sorted(set(tasks) & set(existing))
+        if taken and not replace:
+            raise ConfigError(
+                f"{out_dir} already has tasks {taken}; replace them with replace=True; nothing was written"
+            )
+        refused = {name: why for name, m in existing.items() if (why := _why_not_kept(m, model, base, base_mode))}
+        if not existing:
+            raise ConfigError(
+                f"{out_dir} holds no task to add to; give the export folder of a run; nothing was written"
+            )
+        if refused or (base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base)):
+            detail = "; ".join(f"{name}: {why}" for name, why in refused.items()) or f"{BASE_DIR}/ differs"
+            raise ConfigError(f"{out_dir}: the model's base is not the export's base ({detail}); nothing was written")
+        for task in tasks:
+            _write_task(
+                model,
+                task,
+                staging / task,
+                base,
+                base_model_name,
+                metrics_by_task.get(task),
+                max_length,
+                evaluation,
+                base_mode=base_mode,
+            )
+    return {task: Path(out_dir) / task for task in tasks}
 
 
 def export_run(
@@ -219,12 +330,17 @@ def export_run(
     evaluation: EvaluationRecord | None = None,
 ) -> dict[str, Path]:
     """The whole export of a run: `export_base` (fine-tuned runs only) and every task, replacing what
-    ``out_dir`` held in one step. Returns ``{name: folder}``."""
+    ``out_dir`` held in one step. Tasks of ``out_dir`` that the model does not have (added later with
+    ``add_to``) are kept when they can stay beside the new base (same method, base and tokenizer: a
+    re-export of the same checkpoint); otherwise nothing is written (ConfigError names them).
+    Returns ``{name: folder}``."""
     _check_exportable(model)
     out_dir = Path(out_dir)
     base = _Base(model, tokenizer)  # hashed once for all tasks
     metrics_by_task = metrics_by_task or {}
-    with staged_export(out_dir) as staging:
+    # Tasks added to the export later are carried over (they need this base), checked under the export's lock.
+    with staged_export(out_dir, only=[BASE_DIR, *model.tasks]) as staging:
+        check_other_tasks_kept(out_dir, model, base=base)
         if model.base_mode == "finetune":
             _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
         for task in model.tasks:
