@@ -21,7 +21,11 @@ from ..methods import BASE_MODES
 from ..model import POOLINGS
 from ..weights import json_default
 
-FORMAT_VERSION = 2  # 2: the base's config and tokenizer are part of its identity; evaluation settings
+# 2: the base's config and tokenizer are part of its identity; evaluation settings.
+# 3: the tokenizer recorded by what decides the token ids, a task's pooling and its data files. A
+# reader of 2 would misread those, so it is told to upgrade; this one still reads 2.
+FORMAT_VERSION = 3
+OLDEST_TASK_FORMAT = 2  # before it, a task's base cannot be checked
 MANIFEST = "manifest.json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -131,7 +135,7 @@ def _check_common(path: Path, data: dict, contents: str) -> None:
         bad("format_version", "is missing")
     if version > FORMAT_VERSION:
         bad("format_version", f"is {version}; this pals_adapters reads up to {FORMAT_VERSION} (upgrade it)")
-    if version < FORMAT_VERSION and contents == "task":
+    if version < OLDEST_TASK_FORMAT and contents == "task":
         bad(
             "format_version",
             f"is {version}: written before the base's config and tokenizer were recorded, so "
