@@ -31,7 +31,7 @@ from .modeling import (
     FiLM,
     film,
 )
-from .shared import (
+from .shared_modules import (
     SHARED_CONFIG_FILE,
     SHARED_MODULES_FILE,
     load_shared_modules,

@@ -25,7 +25,7 @@ removes the half-loaded adapter (a silently dropped task embedding would leave a
 
 The shared conditional modules are not part of any single adapter's files (like a fine-tuned base,
 they belong to every task): save and load them with `save_shared_modules` / `load_shared_modules`
-(`shared`), or as part of the whole model's state dict.
+(`shared_modules`), or as part of the whole model's state dict.
 """
 
 import functools
@@ -38,8 +38,7 @@ from adapters.model_mixin import ModelAdaptersMixin
 from torch import nn
 
 from ..errors import ConfigError, UnsupportedModelError
-from ..integration import _wrap as core_wrap
-from ..integration import follow_safe_file_policy
+from ..patching import follow_safe_file_policy, wrap
 from .config import CA_MTL_PRESETS, CAMTLConfig
 from .layer import (
     CAMTLTaskEmbeddings,
@@ -54,7 +53,8 @@ from .modeling import CAMTLModules
 # output with .LayerNorm) -> pooler.
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
 
-_PATCHED = "_pals_adapters_ca_mtl_patched"
+# The marker of the CA-MTL patches (`pals_adapters.patching.wrap`).
+PATCH_MARKER = "_pals_adapters_ca_mtl_patched"
 
 
 def register() -> None:
@@ -65,7 +65,7 @@ def register() -> None:
             raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register CA-MTL")
         ADAPTER_CONFIG_MAP[name] = config
     _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
-    # The PAL file policy (safetensors, pickle refused) and strict loading (pals_adapters.integration).
+    # The PAL file policy (safetensors, pickle refused) and strict loading (pals_adapters.patching).
     follow_safe_file_policy("ca_mtl", CAMTLConfig, "CA-MTL")
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
     _wrap(ModelAdaptersMixin, "train_adapter", _train_adapter)
@@ -75,7 +75,7 @@ def register() -> None:
 
 
 def _wrap(owner, name, wrapper, static=False):
-    core_wrap(owner, name, wrapper, static=static, marker=_PATCHED)
+    wrap(owner, name, wrapper, PATCH_MARKER, static=static)
 
 
 # --- 1. config resolution ---

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from ..accounting import ParameterCount, count_parameters
-from ..errors import UnknownNameError
+from ..errors import ConfigError, UnknownNameError
 from .methods import METHODS, OLD_NAMES, get_method
 from .model import MultiTaskModel, pretrained_pooler
 from .tasks import TaskSpec
@@ -25,6 +25,21 @@ _COUNTING_TASK = TaskSpec(
 )
 
 
+def _count_adapter_config(method, model_config: PretrainedConfig, n_tasks: int, num_labels: int) -> ParameterCount:
+    """`count_parameters`, plus the two methods without task layers: ``"full"`` (every task fine-tunes
+    its own copy of the model, nothing is shared) and ``"shared"`` (only the heads are per task)."""
+    if method in ("full", "shared"):
+        if n_tasks < 1:
+            raise ConfigError(f"n_tasks={n_tasks}: must be >= 1")
+        with torch.device("meta"):
+            base = sum(p.numel() for p in AutoModel.from_config(model_config).parameters())
+        head = model_config.hidden_size * num_labels + num_labels
+        if method == "full":
+            return ParameterCount("full", base, 0, base, head, n_tasks)
+        return ParameterCount("shared", base, base, 0, head, n_tasks)
+    return count_parameters(method, model_config, n_tasks, num_labels)
+
+
 def count_method_parameters(
     method, model_config: str | PretrainedConfig, n_tasks: int = 8, num_labels: int = 2
 ) -> ParameterCount:
@@ -35,7 +50,7 @@ def count_method_parameters(
         model_config = AutoConfig.from_pretrained(model_config)
     if name in ("full", "shared") or (name not in METHODS and name not in OLD_NAMES):
         try:
-            count = count_parameters(method, model_config, n_tasks, num_labels)
+            count = _count_adapter_config(method, model_config, n_tasks, num_labels)
         except ValueError as err:
             if name is None:
                 raise

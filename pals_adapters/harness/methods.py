@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import PALS_PRESETS
+from ..pals import PALS_PRESETS
 from ..errors import ConfigError, UnknownNameError
 from .backends import get_backend
 

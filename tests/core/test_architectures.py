@@ -203,7 +203,7 @@ def test_what_does_not_fit_is_refused_before_anything_is_built(case):
         model.add_adapter("t", config="pals")
     assert "t" not in model.adapters_config
     assert sum(p.numel() for p in model.parameters()) == n_params
-    assert not any(isinstance(m, pals_adapters.layer.PALsLayer) for m in model.modules())
+    assert not any(isinstance(m, pals_adapters.pals.layer.PALsLayer) for m in model.modules())
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -208,7 +208,7 @@ def test_registration_is_idempotent():
 
     first = ModelAdaptersMixin._add_adapter_weights
     pals_adapters.register()
-    importlib.reload(importlib.import_module("pals_adapters.integration")).register()
+    importlib.reload(importlib.import_module("pals_adapters.pals.integration")).register()
     # the reload re-ran the module, and with it its registry of file policies: CA-MTL's entry is re-made
     # as a fresh import of the package would make it, so later tests see the plugin as users do
     importlib.import_module("pals_adapters.ca_mtl.integration").register()
@@ -218,7 +218,7 @@ def test_registration_is_idempotent():
     hooks = [len(layer._forward_pre_hooks) for layer in model.encoder.layer]
     model.add_adapter("u", config="pals")  # PAL layers and hooks are attached once
     assert [len(layer._forward_pre_hooks) for layer in model.encoder.layer] == hooks
-    assert sum(isinstance(m, pals_adapters.layer.PALsLayer) for m in model.modules()) == 4
+    assert sum(isinstance(m, pals_adapters.pals.layer.PALsLayer) for m in model.modules()) == 4
     assert set(model.shared_parameters.keys()) == {"t", "u"}
 
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from transformers import BertModel, GPT2Config, GPT2Model, TrainerCallback
 
 import pals_adapters
-from pals_adapters.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
+from pals_adapters.pals.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
 from pals_adapters.errors import (
     AdapterLoadError,
     ConfigError,

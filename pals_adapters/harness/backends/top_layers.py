@@ -8,9 +8,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ...config import PALsConfig
+from ...pals import PALsConfig
 from ...errors import ConfigError
-from ...modeling import ProjectedSelfAttention
+from ...pals import ProjectedSelfAttention
 from ..weights import load_module, save_tensors
 from .base import MethodBackend, register_backend
 

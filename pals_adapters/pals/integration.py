@@ -21,7 +21,7 @@ The complete list, with the reason for each:
    itself calls it from ``set_active_adapters``.
 6. ``AdapterLoader.load`` is strict for PAL adapters (and CA-MTL's, via `follow_safe_file_policy`): a
    missing, unexpected or mis-shaped weight is an error and the half-loaded adapter is removed (the
-   library only logs such keys).
+   library only logs such keys). The wrapper is `pals_adapters.patching.strict_load`, shared by both methods.
 7. ``AdapterLoader.filter_func`` / ``rename_func`` also match a PAL adapter's shared weights at the top
    level of a plain transformers model wrapped with ``adapters.init`` (the library's substring
    patterns miss them: they would be neither saved nor loaded).
@@ -31,14 +31,10 @@ The complete list, with the reason for each:
    folders, and loading a PAL adapter folder whose weights would come from a pickle file is refused
    unless ``allow_pickle=True`` (also accepted by ``load_adapter_setup``). Other adapters keep the
    library's defaults; ``allow_pickle=False`` is the explicit opt-in to refuse pickle for them too.
+   The wrapper is `pals_adapters.patching.file_policy`, shared by both methods.
 """
 
-import contextvars
-import functools
-import inspect
-import json
 import os
-from typing import NamedTuple
 
 import torch
 from adapters import ADAPTER_CONFIG_MAP, AdapterConfig, ConfigUnion
@@ -46,17 +42,18 @@ from adapters.loading import AdapterLoader
 from adapters.model_mixin import ModelAdaptersMixin, ModelWithHeadsAdaptersMixin
 from torch import nn
 
-from .architectures import ARCHITECTURES, site_for, supports_pals
+from ..architectures import ARCHITECTURES, site_for, supports_pals
+from ..errors import UnsupportedOperationError
+from ..patching import FILE_METHODS, bind_arguments, file_policy, follow_safe_file_policy, strict_load, wrap
 from .config import PALS_PRESETS, PALsConfig
-from .errors import AdapterLoadError, IntegrityError, UnsupportedOperationError
 from .layer import AVERAGE_WEIGHTS, PALsLayer
 from .modeling import init_projections, seeded_generator
 
 # Model types whose layers PALs fit (see architectures.py).
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
 
-_PATCHED = "_pals_adapters_patched"
-_FILE_METHODS = ("save_adapter", "save_all_adapters", "save_adapter_setup", "load_adapter", "load_adapter_setup")
+# The marker of the PAL patches (`pals_adapters.patching.wrap`).
+PATCH_MARKER = "_pals_adapters_patched"
 
 
 def register() -> None:
@@ -66,40 +63,24 @@ def register() -> None:
         if existing is not None and not isinstance(existing, PALsConfig):
             raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register the PAL preset")
         ADAPTER_CONFIG_MAP[name] = config
+    follow_safe_file_policy("pals", PALsConfig, "PAL")
     _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
     _wrap(ModelAdaptersMixin, "supports_adapter", _supports_adapter)
     _wrap(ModelAdaptersMixin, "add_adapter", _check_before_adding)
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
     _wrap(ModelAdaptersMixin, "average_adapter", _average_adapter)
     _wrap(ModelAdaptersMixin, "merge_adapter", _refuse_merge)
-    _wrap(AdapterLoader, "load", _strict_load)
+    _wrap(AdapterLoader, "load", strict_load)
     _wrap(AdapterLoader, "filter_func", _filter_top_level_shared)
     _wrap(AdapterLoader, "rename_func", _rename_top_level_shared)
     for cls in (ModelAdaptersMixin, ModelWithHeadsAdaptersMixin):
-        for method in _FILE_METHODS:
+        for method in FILE_METHODS:
             if method in vars(cls):
-                _wrap(cls, method, _file_policy)
+                _wrap(cls, method, file_policy)
 
 
-def _wrap(owner, name, wrapper, static=False, marker=_PATCHED):
-    """Replaces ``owner.name`` by a function calling ``wrapper(original, *args, **kwargs)``, once per
-    ``marker`` (CA-MTL passes its own, so its patches stack on the PAL ones of the same functions)."""
-    original = vars(owner)[name]
-    original = original.__func__ if static else original
-    if getattr(original, marker, False):
-        return
-
-    @functools.wraps(original)
-    def patched(*args, **kwargs):
-        return wrapper(original, *args, **kwargs)
-
-    setattr(patched, marker, True)
-    setattr(owner, name, staticmethod(patched) if static else patched)
-
-
-def _bind(original, *args, **kwargs) -> inspect.BoundArguments:
-    """The call's arguments by name, as ``original`` would see them."""
-    return inspect.signature(original).bind(*args, **kwargs)
+def _wrap(owner, name, wrapper, static=False):
+    wrap(owner, name, wrapper, PATCH_MARKER, static=static)
 
 
 # --- 1. config resolution ---
@@ -140,7 +121,7 @@ def _supports_adapter(original, model, type_or_config):
 
 
 def _check_before_adding(original, model, *args, **kwargs):
-    config = pal_config_of(_bind(original, model, *args, **kwargs).arguments.get("config"))
+    config = pal_config_of(bind_arguments(original, model, *args, **kwargs).arguments.get("config"))
     if config is not None:
         site_for(model)  # UnsupportedModelError naming the reason
         config.layer_indices(sum(1 for _ in model.base_model.iter_layers()))  # ConfigError for absent layers
@@ -206,7 +187,7 @@ def is_pal_adapter(model, adapter_name: str) -> bool:
 
 
 def _average_adapter(original, model, *args, **kwargs):
-    adapter_name = _bind(original, model, *args, **kwargs).arguments["adapter_name"]
+    adapter_name = bind_arguments(original, model, *args, **kwargs).arguments["adapter_name"]
     weights = {}
     token = AVERAGE_WEIGHTS.set(weights)
     try:
@@ -229,7 +210,7 @@ def _average_adapter(original, model, *args, **kwargs):
 
 
 def _refuse_merge(original, model, *args, **kwargs):
-    name = _bind(original, model, *args, **kwargs).arguments["name"]
+    name = bind_arguments(original, model, *args, **kwargs).arguments["name"]
     if name in model.adapters_config and is_pal_adapter(model, name):
         raise UnsupportedOperationError(
             f"merge_adapter('{name}'): PAL adapters cannot be merged into the model weights (a PAL adds its own "
@@ -239,55 +220,7 @@ def _refuse_merge(original, model, *args, **kwargs):
     return original(model, *args, **kwargs)
 
 
-# --- 6. strict loading ---
-
-
-def _strict_load(original, loader, adapter_name_or_path, *args, loading_info=None, **kwargs):
-    """For the project's own adapter types (`SAFE_FILE_CONFIGS`): every weight of the file must find its
-    place and every place its weight, or nothing of the load is kept."""
-    model = loader.model
-    info = loading_info if isinstance(loading_info, dict) else {}
-    names_before = set(model.adapters_config.adapters)
-
-    def discard_new_own_adapters():
-        new = [n for n in set(model.adapters_config.adapters) - names_before if _own_kind(model, n)]
-        kinds = sorted({_own_kind(model, n) for n in new})
-        for name in new:
-            model.delete_adapter(name)
-        return kinds
-
-    try:
-        folder, name = original(loader, adapter_name_or_path, *args, loading_info=info, **kwargs)
-    except RuntimeError as err:  # torch's load_state_dict: size mismatch
-        kinds = discard_new_own_adapters()
-        if not kinds:
-            raise
-        raise AdapterLoadError(
-            f"{'/'.join(kinds)} adapter weights in '{adapter_name_or_path}' do not fit this model "
-            f"({type(model).__name__}, hidden size {model.config.hidden_size}); nothing was loaded. {err}"
-        ) from err
-    kind = _own_kind(model, name)
-    if kind is None:
-        return folder, name
-    missing = [k for k in info.get("missing_keys", []) if f".{name}." in k]
-    unexpected = list(info.get("unexpected_keys", []))
-    if missing or unexpected:
-        discard_new_own_adapters()
-        problems = []
-        if missing:
-            problems.append(f"weights missing from the file: {_preview(missing)}")
-        if unexpected:
-            problems.append(f"weights in the file that this model has no place for: {_preview(unexpected)}")
-        raise AdapterLoadError(
-            f"{kind} adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
-            + "; ".join(problems)
-        )
-    return folder, name
-
-
-def _preview(keys, limit=4):
-    shown = ", ".join(sorted(keys)[:limit])
-    return shown + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
+# --- 6. strict loading: pals_adapters.patching.strict_load ---
 
 
 # --- 7. shared weights at the top level of a wrapped plain model ---
@@ -315,113 +248,4 @@ def _rename_top_level_shared(original, loader, old_name, new_name):
     return renamed
 
 
-# --- 8. file handling ---
-
-
-class _FilePolicy(NamedTuple):
-    """What the outermost save/load call asked for; inner calls made by `adapters` follow it."""
-
-    format_given: bool  # the caller passed use_safetensors: honour it for every adapter
-    allow_pickle: bool | None  # None: refuse pickle for PAL adapters only
-
-
-_POLICY = contextvars.ContextVar("pals_adapters_file_policy", default=None)
-# (safetensors, pickle) names of the weight files `load_adapter` reads from a folder: adapter, head.
-_LOADED_WEIGHTS = (("adapter.safetensors", "pytorch_adapter.bin"), ("model_head.safetensors", "pytorch_model_head.bin"))
-
-
-def _file_policy(original, model, *args, **kwargs):
-    """PAL adapters: safetensors unless ``use_safetensors`` is passed, pickle refused unless ``allow_pickle=True``.
-
-    Library calls made inside (``save_all_adapters`` -> ``save_adapter``, ``load_adapter_setup`` ->
-    ``load_adapter``, the heads mixin -> the base mixin) pass ``use_safetensors`` explicitly; they follow
-    what the user's outermost call asked for, kept in a context variable.
-    """
-    allow_pickle = kwargs.pop("allow_pickle", None)
-    bound = _bind(original, model, *args, **kwargs)
-    policy = _POLICY.get() or _FilePolicy("use_safetensors" in bound.arguments, allow_pickle)
-    token = _POLICY.set(policy)
-    try:
-        if original.__name__ == "save_adapter":
-            _prepare_save(model, bound, policy)
-        elif original.__name__ == "load_adapter":
-            _prepare_load(bound, policy)
-        return original(*bound.args, **bound.kwargs)
-    finally:
-        _POLICY.reset(token)
-
-
-# The project's own config types (architecture name -> config class) whose files follow the safe
-# policy above: PALs here, CA-MTL registers itself (pals_adapters.ca_mtl.integration).
-SAFE_FILE_CONFIGS: dict = {"pals": PALsConfig}
-_KIND_NAMES = {"pals": "PAL"}  # architecture -> the name errors give it
-
-
-def follow_safe_file_policy(architecture: str, config_class, kind_name: str | None = None) -> None:
-    """Puts adapters of ``config_class`` under the file policy of PAL adapters (safetensors, no pickle)
-    and their strict loading; errors call them ``kind_name`` (default: the architecture name)."""
-    SAFE_FILE_CONFIGS[architecture] = config_class
-    _KIND_NAMES[architecture] = kind_name or architecture
-
-
-def _own_kind(model, adapter_name: str) -> str | None:
-    """The kind name of ``adapter_name`` if it is one of the project's own config types, else None."""
-    for architecture, cls in SAFE_FILE_CONFIGS.items():
-        if model.adapters_config.match(adapter_name, cls) is not None:
-            return _KIND_NAMES[architecture]
-    return None
-
-
-def _is_own_adapter(model, adapter_name: str) -> bool:
-    return _own_kind(model, adapter_name) is not None
-
-
-def _prepare_save(model, bound, policy: _FilePolicy) -> None:
-    if not _is_own_adapter(model, bound.arguments["adapter_name"]):
-        return
-    if not policy.format_given:
-        bound.arguments["use_safetensors"] = True
-    target = bound.arguments["save_directory"]
-    if isinstance(target, (str, os.PathLike)):
-        os.makedirs(target, exist_ok=True)  # adapters itself creates only the last folder
-
-
-def _prepare_load(bound, policy: _FilePolicy) -> None:
-    source = bound.arguments["adapter_name_or_path"]
-    pal = _folder_holds_pals(source)
-    if pal and not policy.format_given:
-        bound.arguments["use_safetensors"] = True
-    if policy.allow_pickle is False or (policy.allow_pickle is None and pal):
-        _refuse_pickle_weights(source, bool(bound.arguments.get("use_safetensors", False)))
-
-
-def _folder_holds_pals(source) -> bool:
-    """True if ``source`` is a local adapter folder whose saved config is (or contains) a PAL config (or
-    another of `SAFE_FILE_CONFIGS`)."""
-    if not isinstance(source, (str, os.PathLike)):
-        return False
-    path = os.path.join(source, "adapter_config.json")
-    if not os.path.isfile(path):
-        return False  # hub names and URLs are resolved by `adapters` itself
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f).get("config")
-    except (OSError, ValueError, AttributeError):
-        return False  # the library's own loader reports unreadable configs
-    if not isinstance(config, dict):
-        return False
-    members = config.get("configs") if config.get("architecture") == "union" else [config]
-    return any(isinstance(c, dict) and c.get("architecture") in SAFE_FILE_CONFIGS for c in members or [])
-
-
-def _refuse_pickle_weights(source, use_safetensors: bool) -> None:
-    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
-        return  # hub names and URLs are resolved by `adapters` itself
-    for safe_name, pickle_name in _LOADED_WEIGHTS:
-        pickled = os.path.join(source, pickle_name)
-        if os.path.isfile(pickled) and (not use_safetensors or not os.path.isfile(os.path.join(source, safe_name))):
-            raise IntegrityError(
-                f"{pickled}: pickle weight file refused (loading it can run arbitrary code); save the adapter "
-                "with safetensors (save_adapter's default for PAL adapters), or pass allow_pickle=True to "
-                "load_adapter if you trust its source"
-            )
+# --- 8. file handling: pals_adapters.patching.file_policy ---

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from adapters import AdapterConfig
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # Widths in the paper are given for BERT-base; other widths scale in proportion.
 REFERENCE_HIDDEN_SIZE = 768

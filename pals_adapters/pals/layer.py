@@ -16,7 +16,7 @@ from adapters.context import ForwardContext
 from adapters.methods.adapter_layer_base import ComposableAdapterLayerBase
 from torch import nn
 
-from .architectures import PALSite
+from ..architectures import PALSite
 from .config import PALsConfig
 from .modeling import ProjectedAttentionLayer, Projections, seeded_generator
 
