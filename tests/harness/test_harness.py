@@ -9,11 +9,11 @@ from helpers import batch, glue_dir, tiny_bert_config
 from transformers import AutoTokenizer, BertModel
 
 from pals_adapters import ConfigError, UnknownNameError
-from pals_adapters.harness.batches import MultiTaskBatches
-from pals_adapters.harness.methods import METHODS, get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.sampling import make_sampler
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.data.batches import MultiTaskBatches
+from pals_adapters.harness.data.sampling import make_sampler
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import METHODS, get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
 
@@ -123,8 +123,8 @@ needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set G
 )
 def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, base, sampler):
     from pals_adapters.harness.cli import main
-    from pals_adapters.harness.evaluation import evaluate_tasks
     from pals_adapters.harness.export import load_task
+    from pals_adapters.harness.scoring.evaluation import evaluate_tasks
 
     out = tmp_path / "run"
     argv = [
@@ -172,7 +172,7 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
     assert any("mix_rte" in row or "mix_stsb" in row for row in results["log_history"])
 
     # Each exported task reproduces the scores measured at the end of training.
-    from pals_adapters.harness.runner import RunConfig, load_dev_sets, resolve_tasks
+    from pals_adapters.harness.training.runner import RunConfig, load_dev_sets, resolve_tasks
 
     config = RunConfig(model=str(tiny_model_dir), tasks=["rte", "stsb"], glue_dir=str(GLUE), max_eval_examples=24)
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
@@ -183,7 +183,8 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
         assert scores[f"{task}_score"] == pytest.approx(results["metrics"][f"{task}_score"], abs=1e-6)
 
     # `evaluate` with no options gives exactly the end-of-training scores (settings from the export)
-    from pals_adapters.harness.cli import build_parser, evaluate_export
+    from pals_adapters.harness.cli import build_parser
+    from pals_adapters.harness.cli.commands import evaluate_export
 
     for task in ("rte", "stsb"):
         args = build_parser().parse_args(["evaluate", str(out / "export" / task)])
@@ -223,7 +224,8 @@ def test_contradictory_or_bad_cli_options_exit_with_a_message(argv, message, cap
 
 
 def test_config_file_settings_are_defaults_that_options_override(tmp_path):
-    from pals_adapters.harness.cli import _config_file_defaults, _run_config, build_parser
+    from pals_adapters.harness.cli import build_parser
+    from pals_adapters.harness.cli.options import _config_file_defaults, _run_config
 
     path = tmp_path / "run.yaml"
     path.write_text("method: houlsby\nmax_steps: 7\ntasks: [rte, cola]\n")
@@ -335,9 +337,9 @@ def test_bf16_without_a_gpu_trains_under_cpu_autocast_and_exports_float32(tmp_pa
     from helpers import tiny_run_config
     from safetensors.torch import load_file
 
-    from pals_adapters.harness import evaluation
-    from pals_adapters.harness.runner import run
-    from pals_adapters.harness.trainer import MultiTaskTrainer
+    from pals_adapters.harness.scoring import evaluation
+    from pals_adapters.harness.training.runner import run
+    from pals_adapters.harness.training.trainer import MultiTaskTrainer
 
     seen = []
     compute_loss = MultiTaskTrainer.compute_loss
@@ -378,7 +380,7 @@ def test_bf16_without_a_gpu_trains_under_cpu_autocast_and_exports_float32(tmp_pa
 def test_fp16_without_a_gpu_is_refused_before_anything_loads(tmp_path):
     from helpers import tiny_run_config
 
-    from pals_adapters.harness.runner import run
+    from pals_adapters.harness.training.runner import run
 
     with pytest.raises(ConfigError, match="bf16"):
         run(tiny_run_config(tmp_path / "no-such-model", tmp_path / "run", precision="fp16"))

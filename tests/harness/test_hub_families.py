@@ -22,10 +22,10 @@ from pals_adapters.harness.cli import main
 from pals_adapters.harness.export import load_task
 from pals_adapters.harness.export.fingerprint import _legacy_file_digests, tokenizer_fingerprint
 from pals_adapters.harness.export.manifest import MANIFEST, read_task_manifest
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.serving import MultiTaskPredictor
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.serving.predictor import MultiTaskPredictor
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
 
 pytestmark = pytest.mark.skipif(glue_dir() is None, reason="needs the shared GLUE folder")
 

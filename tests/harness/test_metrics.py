@@ -9,8 +9,9 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from pals_adapters.harness.metrics import compute_metrics, glue_average, task_score
-from pals_adapters.harness.tasks import GLUE_TASKS, custom_task
+from pals_adapters.harness.scoring.metrics import compute_metrics, glue_average, task_score
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.user_tasks import custom_task
 
 CLASSIFICATION = ["cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte", "wnli"]
 
@@ -153,7 +154,7 @@ def test_end_to_end_score():
 
 @pytest.mark.parametrize("task", ["cola", "sst2", "mrpc", "stsb", "rte"])
 def test_the_evaluate_module_computes_the_same_metrics(task):
-    from pals_adapters.harness.evaluate_metric import task_metric
+    from pals_adapters.harness.scoring.evaluate_metric import task_metric
 
     spec = GLUE_TASKS[task]
     rng = np.random.default_rng(0)
@@ -172,7 +173,7 @@ def test_the_evaluate_module_computes_the_same_metrics(task):
 
 
 def test_class_report_counts_by_hand_and_names_a_class_never_predicted():
-    from pals_adapters.harness.metrics import class_report
+    from pals_adapters.harness.scoring.metrics import class_report
 
     stars = custom_task("stars", train="t.csv", labels=["1", "2", "3"])
     refs = [0, 0, 1, 1, 2, 2]
@@ -188,8 +189,8 @@ def test_class_report_counts_by_hand_and_names_a_class_never_predicted():
 
 
 def test_class_table_puts_the_confusion_matrix_beside_the_per_class_scores():
-    from pals_adapters.harness.metrics import class_report
-    from pals_adapters.harness.report import class_table, never_predicted
+    from pals_adapters.harness.scoring.metrics import class_report
+    from pals_adapters.harness.scoring.report import class_table, never_predicted
 
     report = class_report("rte", [0, 0, 0], [0, 1, 1])
     lines = class_table("rte", "validation", report).splitlines()

@@ -9,12 +9,12 @@ from helpers import glue_dir, tiny_bert_config
 from transformers import BertModel
 
 from pals_adapters.errors import ConfigError
-from pals_adapters.harness.batches import MultiTaskBatches
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.runner import RunConfig, run
-from pals_adapters.harness.sampling import make_sampler
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.data.batches import MultiTaskBatches
+from pals_adapters.harness.data.sampling import make_sampler
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.training.runner import RunConfig, run
 
 TASKS = {name: GLUE_TASKS[name] for name in ("rte", "stsb", "cola")}
 

@@ -8,11 +8,11 @@ from helpers import glue_dir, tiny_bert_config
 from transformers import BertModel
 
 from pals_adapters.errors import ConfigError
-from pals_adapters.harness.data import load_split
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.runner import RunConfig, run
-from pals_adapters.harness.tasks import GLUE_TASKS
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.splits import load_split
+from pals_adapters.harness.training.runner import RunConfig, run
 
 TASKS = {name: GLUE_TASKS[name] for name in ("rte", "stsb")}
 

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from transformers import BertModel, GPT2Config, GPT2Model, TrainerCallback
 
 import pals_adapters
-from pals_adapters.pals.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
 from pals_adapters.errors import (
     AdapterLoadError,
     ConfigError,
@@ -34,16 +33,19 @@ from pals_adapters.errors import (
     UnknownNameError,
     UnsupportedModelError,
 )
-from pals_adapters.harness import checkpoints
-from pals_adapters.harness import runner as harness
-from pals_adapters.harness.data import load_split
-from pals_adapters.harness.methods import check_base_mode, get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.report import task_metrics
-from pals_adapters.harness.run_folder import prepare_run_folder
-from pals_adapters.harness.sampling import make_sampler
-from pals_adapters.harness.tasks import GLUE_TASKS, custom_task, get_task, load_task_specs
-from pals_adapters.harness.trainer import MultiTaskTrainer
+from pals_adapters.harness.data.sampling import make_sampler
+from pals_adapters.harness.methods.method import check_base_mode
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.scoring.report import task_metrics
+from pals_adapters.harness.tasks.glue import GLUE_TASKS, get_task
+from pals_adapters.harness.tasks.splits import load_split
+from pals_adapters.harness.tasks.user_tasks import custom_task, load_task_specs
+from pals_adapters.harness.training import checkpoints
+from pals_adapters.harness.training import runner as harness
+from pals_adapters.harness.training.run_folder import prepare_run_folder
+from pals_adapters.harness.training.trainer import MultiTaskTrainer
+from pals_adapters.pals.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
 
 GLUE = glue_dir()
 needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")

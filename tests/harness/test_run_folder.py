@@ -15,7 +15,7 @@ from reliability_cases import TINY, run_folder_with_checkpoint, user_tasks
 
 from pals_adapters.errors import ConfigError
 from pals_adapters.harness.cli import main
-from pals_adapters.harness.run_folder import LOCK_FILE, prepare_run_folder, run_lock
+from pals_adapters.harness.training.run_folder import LOCK_FILE, prepare_run_folder, run_lock
 
 ENV = {
     **os.environ,

@@ -1,4 +1,4 @@
-"""Tests for pals_adapters.harness.sampling (task samplers, annealing, MT-Uncertainty)."""
+"""Tests for pals_adapters.harness.data (task samplers, annealing, MT-Uncertainty)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pals_adapters.harness.sampling import (
-    STRATEGIES,
-    TaskSampler,
-    annealing_alpha,
-    format_schedule,
-    make_sampler,
-    plot_schedule,
-    schedule,
-    select_uncertain,
-)
+from pals_adapters.harness.data.sampling import STRATEGIES, TaskSampler, annealing_alpha, make_sampler
+from pals_adapters.harness.data.schedule import format_schedule, plot_schedule, schedule
+from pals_adapters.harness.data.uncertainty import select_uncertain
 
 SIZES = {"mnli": 392_702, "qqp": 363_846, "sst2": 67_349, "rte": 2_490}
 N = np.array(list(SIZES.values()), dtype=np.float64)

@@ -13,10 +13,11 @@ from pals_adapters.errors import AdapterLoadError, ConfigError
 from pals_adapters.harness.cli import main
 from pals_adapters.harness.export import export_run, load_task, load_tasks
 from pals_adapters.harness.export.fingerprint import tokenizer_fingerprint
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.serving import MultiTaskPredictor
-from pals_adapters.harness.tasks import GLUE_TASKS, load_task_specs
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.serving.predictor import MultiTaskPredictor
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.user_tasks import load_task_specs
 
 TASKS = {name: GLUE_TASKS[name] for name in ("rte", "cola", "stsb")}
 REQUESTS = [

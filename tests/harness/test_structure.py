@@ -15,8 +15,9 @@ from transformers import BertModel
 from pals_adapters.errors import ConfigError, DataError, UnknownNameError
 from pals_adapters.harness import METHODS, Method, MethodBackend, MultiTaskModel, get_method, register_backend
 from pals_adapters.harness.cli import build_parser
-from pals_adapters.harness.methods import OLD_NAMES, register_method
-from pals_adapters.harness.tasks import GLUE_TASKS, custom_task
+from pals_adapters.harness.methods.registry import OLD_NAMES, register_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.user_tasks import custom_task
 
 PACKAGE = REPO / "pals_adapters"
 HARNESS_ONLY = ["datasets", "peft", "sklearn", "evaluate"]  # the issue names these; transformers needs the rest

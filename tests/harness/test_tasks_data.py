@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from pals_adapters.errors import ConfigError, DataError, PalsError, UnknownNameError
-from pals_adapters.harness.data import load_split, load_task
-from pals_adapters.harness.tasks import GLUE_TASKS, TaskSpec, custom_task, get_task, load_task_specs
+from pals_adapters.harness.tasks.glue import GLUE_TASKS, get_task
+from pals_adapters.harness.tasks.spec import TaskSpec
+from pals_adapters.harness.tasks.splits import load_split, load_task
+from pals_adapters.harness.tasks.user_tasks import custom_task, load_task_specs
 
 
 def _find_glue() -> Path | None:
@@ -694,7 +696,7 @@ SKIP_CASES = [
 
 @pytest.mark.parametrize("fmt, body, bad, texts, idx", SKIP_CASES, ids=[c[0] for c in SKIP_CASES])
 def test_skip_bad_rows_counts_and_names_every_skipped_row(tmp_path, caplog, fmt, body, bad, texts, idx):
-    from pals_adapters.harness.data import SkippedRows
+    from pals_adapters.harness.tasks.splits import SkippedRows
 
     path = write(tmp_path / f"train.{fmt}", body)
     strict = custom_task("u", train=path, labels=["a", "b"])
@@ -712,7 +714,7 @@ def test_skip_bad_rows_counts_and_names_every_skipped_row(tmp_path, caplog, fmt,
 
 
 def test_skip_bad_rows_names_the_first_five_and_counts_all(tmp_path):
-    from pals_adapters.harness.data import SkippedRows
+    from pals_adapters.harness.tasks.splits import SkippedRows
 
     rows = "".join("lonely\n" if i % 2 else f"t{i},a\n" for i in range(20))
     path = write(tmp_path / "t.csv", "text,label\n" + rows)
@@ -774,7 +776,8 @@ def test_bad_ids_are_refused(tmp_path, body, fragment):
 
 
 def test_a_task_stores_its_files_relative_to_the_task_file(tmp_path):
-    from pals_adapters.harness.tasks import comparable_spec, spec_to_json, split_files, with_data_dir
+    from pals_adapters.harness.tasks.spec import spec_to_json
+    from pals_adapters.harness.tasks.user_tasks import comparable_spec, split_files, with_data_dir
 
     write(tmp_path / "course" / "data" / "train.csv", "text,label\nx,a\ny,b\n")
     (tmp_path / "course" / "tasks.yaml").write_text("name: u\ntrain: data/train.csv\n")

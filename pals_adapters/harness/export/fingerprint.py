@@ -17,7 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ...errors import ConfigError
-from ..model import MultiTaskModel
+from ..methods.model import MultiTaskModel
 
 _PEFT_PREFIX = "base_model.model."
 
