@@ -13,7 +13,7 @@ from transformers import AutoConfig
 from ..errors import ConfigError, UnknownNameError
 from .data.sampling import STRATEGIES
 from .methods.backend import get_backend
-from .methods.method import check_base_mode
+from .methods.method import Method, check_base_mode
 from .methods.model import resolve_model
 from .methods.registry import get_method
 from .serving.add_tasks import (
@@ -78,8 +78,7 @@ def check_values(config) -> None:
         raise ConfigError(f"resume={config.resume!r}: not a checkpoint folder; give 'last' or a checkpoint-N folder")
 
 
-def check_choices(config) -> None:
-    method = get_method(config.method)
+def check_choices(config, method: Method) -> None:
     check_base_mode(method, config.base)
     if config.base == "frozen" and config.add_to is None and get_backend(method.kind).has_shared_modules:
         raise ConfigError(
@@ -98,7 +97,6 @@ def check_choices(config) -> None:
     if config.batching not in BATCHINGS:
         raise UnknownNameError("batching", config.batching, BATCHINGS)
     if config.batching == "mixed":
-        method = get_method(config.method)
         if not get_backend(method.kind).supports_mixed_batches:
             reason = "PEFT trains one active adapter at a time" if method.kind == "peft" else "per-task layers on top"
             raise ConfigError(
@@ -113,13 +111,14 @@ def check_choices(config) -> None:
         raise ConfigError("precision='fp16' needs a CUDA GPU; on a CPU use bf16 (autocast) or fp32")
 
 
-def take_from_export(config) -> SharedBase | None:
+def take_from_export(config) -> tuple[SharedBase | None, Method | None]:
     """With add_to: the export's base, method and a frozen base for what the config leaves unset; a model or
-    base given must agree with the export (refused here, before anything is trained)."""
+    base given must agree with the export (refused here, before anything is trained). Returns the export's
+    shared base and, when the config names a method, that method (parsed here, once)."""
     if config.replace and config.add_to is None:
         raise ConfigError("replace: only with add_to (it replaces tasks of an export); leave it out otherwise")
     if config.add_to is None:
-        return None
+        return None, None
     shared = shared_base_of(config.add_to)
     check_can_take_tasks(shared)
     if config.base not in (None, "frozen"):
@@ -130,17 +129,19 @@ def take_from_export(config) -> SharedBase | None:
     if config.model is not None:
         check_model(shared, config.model)
     config.model, config.base = shared.source, "frozen"
+    method = None
     if config.method is not None:
-        check_new_tasks(shared, (), get_method(config.method))  # before the method's own checks
+        method = get_method(config.method)
+        check_new_tasks(shared, (), method)  # before the method's own checks
     config.method = shared.method.spec if config.method is None else config.method
     config._default_sampler()
-    return shared
+    return shared, method
 
 
-def check_added_tasks(config, specs: dict[str, TaskSpec], shared: SharedBase | None) -> None:
+def check_added_tasks(config, specs: dict[str, TaskSpec], shared: SharedBase | None, method: Method) -> None:
     if shared is None:
         return
-    check_new_tasks(shared, specs, get_method(config.method), config.replace)
+    check_new_tasks(shared, specs, method, config.replace)
     export_tokenizer(shared)  # the base's tokenizer must be the one every task of the export recorded
 
 
@@ -152,7 +153,7 @@ def check_data_location(config, specs: dict[str, TaskSpec]) -> None:
         raise ConfigError(f"tasks {glue} with data_source='local' need glue_dir (or env GLUE_DIR)")
 
 
-def check_model_limits(config) -> None:
+def check_model_limits(config, method: Method) -> None:
     try:
         model_config = AutoConfig.from_pretrained(resolve_model(config.model))
     except (OSError, ValueError) as err:
@@ -160,7 +161,6 @@ def check_model_limits(config) -> None:
         raise ConfigError(
             f"model {config.model!r}: cannot read its config ({reason}); give a hub name or a folder with config.json"
         ) from None
-    method = get_method(config.method)
     get_backend(method.kind).check_run(method, config.max_length, model_config)
     positions = getattr(model_config, "max_position_embeddings", None)
     if positions is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import types
 import typing
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 from ..errors import ConfigError
 from .checks import (
@@ -22,8 +23,18 @@ from .checks import (
     take_from_export,
 )
 from .data.sampling import STRATEGIES
-from .methods.registry import METHODS, OLD_NAMES
+from .methods.method import Method
+from .methods.registry import METHODS, OLD_NAMES, get_method
+from .serving.add_tasks import SharedBase
 from .tasks.spec import TaskSpec
+
+
+class Resolved(NamedTuple):
+    """What `RunConfig.validate_and_resolve` resolved: the run's tasks, the export added to, the method."""
+
+    tasks: dict[str, TaskSpec]
+    shared: SharedBase | None
+    method: Method
 
 
 def _setting(default, help: str, shown_default: str | None = None):
@@ -151,16 +162,23 @@ class RunConfig:
         """Checks every setting (types, values, names, the model's limits) and returns the run's tasks
         by canonical name; ConfigError / UnknownNameError naming what to fix. Reads only the task file
         and the model's config (with add_to, also the export's manifests, base and tokenizer; the model,
-        method and base left unset are then filled in from the export)."""
+        method and base left unset are then filled in from the export). `pals_adapters.harness.plan.plan_run`
+        keeps what the checks resolved as a `RunPlan`."""
+        return self.validate_and_resolve().tasks
+
+    def validate_and_resolve(self) -> Resolved:
+        """`validate`, returning what the checks resolved on the way: the tasks, the export added to (or
+        None) and the method, parsed once."""
         _check_types(self)
-        shared = take_from_export(self)
+        shared, method = take_from_export(self)
         check_values(self)
-        check_choices(self)
+        method = method or get_method(self.method)
+        check_choices(self, method)
         specs = resolve_tasks(self)
-        check_added_tasks(self, specs, shared)
+        check_added_tasks(self, specs, shared, method)
         check_data_location(self, specs)
-        check_model_limits(self)
-        return specs
+        check_model_limits(self, method)
+        return Resolved(specs, shared, method)
 
 
 # --------------------------------------------------------------------------- types

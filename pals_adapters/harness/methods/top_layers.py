@@ -10,15 +10,9 @@ from transformers import PreTrainedModel
 
 from ...errors import ConfigError
 from ...pals import PALsConfig, ProjectedSelfAttention
+from ...pals.layer import additive_mask  # (B, T) padding mask -> BERT's additive (B, 1, 1, T)
 from .backend import MethodBackend, register_backend
 from .weights import load_module, save_tensors
-
-
-def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """(B, T) 0/1 padding mask -> (B, 1, 1, T) additive mask, as BERT's eager attention takes it."""
-    if attention_mask is None:
-        return None
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
 class TopProjectedAttention(nn.Module):
@@ -42,7 +36,7 @@ class TopProjectedAttention(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        mask = additive_mask(attention_mask, hidden_states.dtype)
+        mask = additive_mask(attention_mask, "keep", hidden_states.dtype)
         x = self.down(hidden_states)
         for attention, output, norm in zip(self.attention, self.output, self.norms):
             x = norm(x + output(attention(x, mask)))
@@ -59,7 +53,7 @@ class TopTransformerLayer(nn.Module):
         self.layer.apply(encoder._init_weights)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        return self.layer(hidden_states, attention_mask=additive_mask(attention_mask, hidden_states.dtype))[0]
+        return self.layer(hidden_states, attention_mask=additive_mask(attention_mask, "keep", hidden_states.dtype))[0]
 
 
 @register_backend

@@ -54,6 +54,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
     one the run trained against. Any other run's export keeps the tasks added to it later when they can
     stay beside the checkpoint's base; otherwise nothing is written."""
     config, specs = _recorded_run(Path(run_dir))
+    method = get_method(config.method)  # parsed once
     shared = None
     if config.add_to is not None:
         try:  # checked before any weight is read
@@ -63,7 +64,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
                 f"{run_dir} added its tasks to the export {config.add_to} (add_to): its tasks are exported into that "
                 f"export (leave out --out), next to the tasks whose base they need; {err}"
             ) from None
-        check_new_tasks(shared, (), get_method(config.method))
+        check_new_tasks(shared, (), method)
     checkpoint = checkpoint or last_complete_checkpoint(run_dir)
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
@@ -72,7 +73,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
     if problem and "model.safetensors" in problem:
         raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
     source = shared.source if shared is not None else config.model
-    model = build_model(source, specs, get_method(config.method), config.base)
+    model = build_model(source, specs, method, config.base)
     missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
     # save_model stores tensors shared with another name once: only those may be absent.
     aliased = {n for n in missing if n.startswith("encoder.prompt_tuning.")}

@@ -27,10 +27,10 @@ from ..export.added_tasks import export_added_tasks
 from ..export.read import load_shared_modules
 from ..export.write import check_other_tasks_kept, other_tasks
 from ..methods.model import build_model, resolve_model
-from ..methods.registry import get_method
+from ..plan import RunPlan, plan_run
 from ..run_config import RunConfig
 from ..scoring.report import parameter_summary, plot_training, task_metrics
-from ..serving.add_tasks import SharedBase, shared_base_of
+from ..serving.add_tasks import SharedBase
 from ..tasks.spec import TaskSpec
 from ..tasks.splits import SkippedRows, load_split
 from .run_folder import prepare_run_folder, run_lock
@@ -169,11 +169,12 @@ def run(config: RunConfig) -> dict:
     Every setting is checked, the output folder locked and a resume compared with the run it continues
     before anything is loaded."""
     started = time.time()
-    specs = config.validate()
+    plan = plan_run(config)  # every setting checked, the method parsed once: the rest reads the plan
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
-    with run_lock(config.output_dir) if writer else contextlib.nullcontext(), torch_threads(config.threads):
-        resume = prepare_run_folder(config, specs, writer=writer)
-        return _train(config, specs, resume, started)
+    settings = plan.settings
+    with run_lock(plan.output_dir) if writer else contextlib.nullcontext(), torch_threads(settings.threads):
+        resume = prepare_run_folder(settings, plan.task_specs, writer=writer)
+        return _train(plan, resume, started)
 
 
 @contextlib.contextmanager
@@ -236,15 +237,13 @@ def _device_name(device: torch.device) -> str:
     return str(device)
 
 
-def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, started: float) -> dict:
+def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
+    config, specs, shared, base_source = plan.settings, plan.task_specs, plan.shared, plan.base_source
     set_seed(config.seed)
-    method = get_method(config.method)
-    shared = shared_base_of(config.add_to) if config.add_to is not None else None
-    base_source = shared.source if shared is not None else config.model
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     skipped: list[SkippedRows] = []  # malformed rows that tasks with skip_bad_rows left out (logged, recorded)
     train, dev = load_train_sets(config, specs, tokenizer, skipped), load_dev_sets(config, specs, tokenizer, skipped)
-    model = build_model(base_source, specs, method, config.base)
+    model = build_model(base_source, specs, plan.method, plan.base_mode)
     if config.standardise_targets:
         model.standardise_targets(regression_label_stats(train, specs))
     if shared is not None:
@@ -268,11 +267,11 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
     results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
-        if config.export and shared is not None:
+        if plan.export_dir is not None and shared is not None:
             exported = export_added_tasks(
                 model,
                 list(specs),
-                shared.export_dir,
+                plan.export_dir,
                 base_mode=shared.base_mode,
                 base_model_name=shared.base_model_name,
                 metrics_by_task={t: task_metrics(results["metrics"], t, specs) for t in specs},
@@ -282,11 +281,11 @@ def _train(config: RunConfig, specs: dict[str, TaskSpec], resume: str | None, st
                 replace=config.replace,
             )
             results["exports"] = {task: str(path) for task, path in exported.items()}
-        elif config.export:
+        elif plan.export_dir is not None:
             per_task = {t: task_metrics(results["metrics"], t, specs) for t in specs}
             exported = export_run(
                 model,
-                out / "export",
+                plan.export_dir,
                 base_model_name=config.model,
                 metrics_by_task=per_task,
                 tokenizer=tokenizer,

@@ -19,7 +19,7 @@ from pals_adapters.harness.tasks.user_tasks import custom_task, load_task_specs
 
 
 def _find_glue() -> Path | None:
-    candidate = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / ".." / "shared" / "glue")
+    candidate = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[3] / ".." / "shared" / "glue")
     return candidate if (candidate / "CoLA").is_dir() else None
 
 

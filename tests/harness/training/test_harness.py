@@ -225,16 +225,16 @@ def test_contradictory_or_bad_cli_options_exit_with_a_message(argv, message, cap
 
 def test_config_file_settings_are_defaults_that_options_override(tmp_path):
     from pals_adapters.harness.cli import build_parser
-    from pals_adapters.harness.cli.options import _config_file_defaults, _run_config
+    from pals_adapters.harness.cli.options import config_file_defaults, config_from_args
 
     path = tmp_path / "run.yaml"
     path.write_text("method: houlsby\nmax_steps: 7\ntasks: [rte, cola]\n")
     argv = ["train", "--config", str(path), "--max-steps", "9"]
-    config = _run_config(build_parser(_config_file_defaults(argv)).parse_args(argv))
+    config = config_from_args(build_parser(config_file_defaults(argv)).parse_args(argv))
     assert (config.method, config.max_steps, config.tasks) == ("houlsby", 9, ["rte", "cola"])
     path.write_text("metod: houlsby\n")
     with pytest.raises(Exception, match="unknown settings"):
-        _config_file_defaults(["train", "--config", str(path)])
+        config_file_defaults(["train", "--config", str(path)])
 
 
 def test_parameter_counts_of_harness_methods_agree_with_the_libraries():

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pals_adapters.errors import UnknownNameError
 from pals_adapters.harness.data.sampling import STRATEGIES, TaskSampler, annealing_alpha, make_sampler
 from pals_adapters.harness.data.schedule import format_schedule, plot_schedule, schedule
 from pals_adapters.harness.data.uncertainty import select_uncertain
@@ -30,11 +31,23 @@ CONFIGS = {
 
 
 def build(strategy: str, seed: int = 0, sizes: dict[str, int] = SIZES) -> TaskSampler:
-    return make_sampler(strategy, sizes, seed=seed, **CONFIGS[strategy])
+    return make_sampler(strategy, sizes, seed=seed, **CONFIGS.get(strategy, {}))
 
 
-def test_configs_cover_every_strategy():
-    assert set(CONFIGS) == set(STRATEGIES)
+@pytest.mark.parametrize("name", ["annealled", "Annealed", "", "round-robin"])
+def test_an_unknown_strategy_is_refused_naming_every_strategy(name):
+    with pytest.raises(UnknownNameError) as info:
+        make_sampler(name, SIZES, seed=0)
+    assert all(strategy in str(info.value) for strategy in STRATEGIES)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_has_its_own_distribution(strategy):
+    # no two strategy names may silently be the same sampler (a name mapped to the wrong family)
+    others = {s: build(s).probabilities(10_000) for s in STRATEGIES if s != strategy}
+    mine = build(strategy).probabilities(10_000)
+    twins = [s for s, p in others.items() if np.allclose(p, mine)]
+    assert twins == [] or {strategy, *twins} == {"round_robin", "mt_uncertainty"}, twins
 
 
 # ---------------------------------------------------------------- probabilities
