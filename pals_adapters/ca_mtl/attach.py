@@ -9,6 +9,7 @@ from adapters.methods.adapter_layer_base import AdapterLayerBase
 from torch import nn
 
 from ..errors import ConfigError, UnsupportedModelError
+from ..errors import config_differences as differences
 from .config import CAMTLConfig
 from .layer import (
     CAMTLTaskEmbeddings,
@@ -56,7 +57,7 @@ def attach_ca_mtl(model, config: CAMTLConfig) -> CAMTLModules:
     base = model.base_model
     existing = getattr(base, "ca_mtl", None)
     if isinstance(existing, CAMTLModules):
-        differences = config_differences(existing.config, config)
+        differences = ca_mtl_config_differences(existing.config, config)
         if differences:
             raise ConfigError(
                 "all CA-MTL adapters of a model share its conditional modules and need the same config; "
@@ -121,13 +122,9 @@ def detach_ca_mtl(model) -> None:
         del base.ca_mtl
 
 
-def config_differences(a: CAMTLConfig, b: CAMTLConfig) -> list[str]:
-    left, right = a.to_dict(), b.to_dict()
-    return [
-        f"{k}: {left.get(k)!r} vs {right.get(k)!r}"
-        for k in sorted(set(left) | set(right))
-        if left.get(k) != right.get(k)
-    ]
+def ca_mtl_config_differences(a: CAMTLConfig, b: CAMTLConfig) -> list[str]:
+    """The settings of two CA-MTL configs that differ, as readable lines."""
+    return differences(a.to_dict(), b.to_dict(), every_key=True)
 
 
 def trainable_shared_parameters(model) -> list[tuple[str, nn.Parameter]]:

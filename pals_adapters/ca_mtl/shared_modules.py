@@ -17,7 +17,7 @@ from adapters import AdapterConfig
 from safetensors.torch import load_file, save_file
 
 from ..errors import AdapterLoadError
-from .attach import ca_mtl_modules, config_differences
+from .attach import ca_mtl_config_differences, ca_mtl_modules
 from .config import CAMTLConfig
 
 SHARED_MODULES_FILE = "shared_modules.safetensors"
@@ -85,7 +85,9 @@ def load_shared_modules(model, save_directory) -> None:
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise AdapterLoadError(f"{path} is not a CA-MTL config: {err}") from err
         differences = (
-            config_differences(saved, modules.config) if isinstance(saved, CAMTLConfig) else ["not a CA-MTL config"]
+            ca_mtl_config_differences(saved, modules.config)
+            if isinstance(saved, CAMTLConfig)
+            else ["not a CA-MTL config"]
         )
         if differences:
             raise AdapterLoadError(f"{path} does not match this model's CA-MTL config: {'; '.join(differences)}")

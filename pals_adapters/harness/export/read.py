@@ -20,9 +20,9 @@ from .files import check_identity, refuse_pickle, verify_files
 from .fingerprint import (
     backbone_of,
     base_config,
+    base_config_differences,
     base_state_dict,
     clean_config,
-    config_differences,
     dtype_of,
     fingerprint_model,
     plain_class,
@@ -237,7 +237,7 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
             f"the base from {source} has fingerprint {got}, but {first_folder} was trained on a base with "
             f"fingerprint {expected}: load it with {wanted}"
         )
-    differences = config_differences(first.base_config, base_config(encoder))
+    differences = base_config_differences(first.base_config, base_config(encoder))
     if differences:
         raise AdapterLoadError(
             f"the base from {source} has another model config than the one {first_folder} was trained on ("

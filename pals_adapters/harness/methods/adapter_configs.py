@@ -14,7 +14,7 @@ from torch import nn
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from .backend import MethodBackend, register_backend
-from .weights import config_differences, quiet
+from .weights import quiet, saved_config_differences
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -65,7 +65,7 @@ class AdapterConfigBackend(MethodBackend):
         except (ValueError, KeyError, TypeError) as err:
             raise IntegrityError(f"{path} is not an adapters config: {err}") from err
         live = model.encoder.adapters_config.get(task).to_dict()
-        diffs = config_differences(saved, live)
+        diffs = saved_config_differences(saved, live)
         if diffs:
             raise AdapterLoadError(f"{path} does not match method {model.method.spec!r}: {'; '.join(diffs)}")
         info: dict[str, list] = {}

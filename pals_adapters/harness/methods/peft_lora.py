@@ -17,7 +17,7 @@ from torch import nn
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from .backend import MethodBackend, register_backend
-from .weights import config_differences, read_tensors, tag_with_task
+from .weights import read_tensors, saved_config_differences, tag_with_task
 
 ADAPTER_CONFIG = "adapter_config.json"
 DEFAULTS = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": ["query", "value"]}
@@ -109,7 +109,7 @@ class PeftLoraBackend(MethodBackend):
         except ValueError as err:
             raise IntegrityError(f"{path} is not a PEFT config: {err}") from err
         live = model.encoder.peft_config[task].to_dict()
-        diffs = config_differences(saved, live, IGNORED_FIELDS)
+        diffs = saved_config_differences(saved, live, IGNORED_FIELDS)
         if diffs:
             raise AdapterLoadError(f"{path} does not match method {model.method.spec!r}: {'; '.join(diffs)}")
         state = read_tensors(weights)

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save
 from torch import nn
 
 from ...errors import AdapterLoadError, IntegrityError
+from ...errors import config_differences as differences
 
 
 def json_default(value: Any) -> Any:
@@ -98,18 +99,18 @@ def _normalised(value):
     return json.loads(json.dumps(value, sort_keys=True, default=json_default))
 
 
-def config_differences(saved: dict, live: dict, ignored=()) -> list[str]:
+def saved_config_differences(saved: dict, live: dict, ignored=()) -> list[str]:
     """The settings that differ between a saved config and the live one, as readable lines."""
-    diffs = []
-    for key in sorted(set(saved) & set(live)):
-        if key in ignored:
-            continue
-        a, b = _normalised(saved[key]), _normalised(live[key])
-        if isinstance(a, list) and isinstance(b, list) and all(isinstance(x, str) for x in a + b):
-            a, b = sorted(a), sorted(b)  # PEFT's target_modules is a set
-        if a != b:
-            diffs.append(f"{key}: file {a!r} vs method {b!r}")
-    return diffs
+    return differences(
+        saved, live, lambda key, a, b: f"{key}: file {a!r} vs method {b!r}", ignored=ignored, prepare=_comparable
+    )
+
+
+def _comparable(a, b) -> tuple:
+    a, b = _normalised(a), _normalised(b)
+    if isinstance(a, list) and isinstance(b, list) and all(isinstance(x, str) for x in a + b):
+        a, b = sorted(a), sorted(b)  # PEFT's target_modules is a set
+    return a, b
 
 
 @contextlib.contextmanager
