@@ -56,24 +56,24 @@ def strict_load(original, loader, adapter_name_or_path, *args, loading_info=None
     names_before = set(model.adapters_config.adapters)
 
     def discard_new_own_adapters():
-        new = [n for n in set(model.adapters_config.adapters) - names_before if own_adapter_kind(model, n)]
-        kinds = sorted({own_adapter_kind(model, n) for n in new})
+        new = [n for n in set(model.adapters_config.adapters) - names_before if own_method_name(model, n)]
+        methods = sorted({own_method_name(model, n) for n in new})
         for name in new:
             model.delete_adapter(name)
-        return kinds
+        return methods
 
     try:
         folder, name = original(loader, adapter_name_or_path, *args, loading_info=info, **kwargs)
     except RuntimeError as err:  # torch's load_state_dict: size mismatch
-        kinds = discard_new_own_adapters()
-        if not kinds:
+        methods = discard_new_own_adapters()
+        if not methods:
             raise
         raise AdapterLoadError(
-            f"{'/'.join(kinds)} adapter weights in '{adapter_name_or_path}' do not fit this model "
+            f"{'/'.join(methods)} adapter weights in '{adapter_name_or_path}' do not fit this model "
             f"({type(model).__name__}, hidden size {model.config.hidden_size}); nothing was loaded. {err}"
         ) from err
-    kind = own_adapter_kind(model, name)
-    if kind is None:
+    method = own_method_name(model, name)
+    if method is None:
         return folder, name
     missing = [k for k in info.get("missing_keys", []) if f".{name}." in k]
     unexpected = list(info.get("unexpected_keys", []))
@@ -85,7 +85,7 @@ def strict_load(original, loader, adapter_name_or_path, *args, loading_info=None
         if unexpected:
             problems.append(f"weights in the file that this model has no place for: {_preview(unexpected)}")
         raise AdapterLoadError(
-            f"{kind} adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
+            f"{method} adapter '{name}' from '{adapter_name_or_path}' does not match this model; nothing was kept. "
             + "; ".join(problems)
         )
     return folder, name
@@ -132,26 +132,27 @@ def file_policy(original, model, *args, **kwargs):
 # The project's own config types (architecture name -> config class) whose files follow the safe
 # policy above: each method registers its own (`follow_safe_file_policy`).
 SAFE_FILE_CONFIGS: dict = {}
-_KIND_NAMES: dict = {}  # architecture -> the name errors give it
+_METHOD_NAMES: dict = {}  # architecture -> the name errors give it
 
 
-def follow_safe_file_policy(architecture: str, config_class, kind_name: str | None = None) -> None:
+def follow_safe_file_policy(architecture: str, config_class, method_name: str | None = None) -> None:
     """Puts adapters of ``config_class`` under the file policy of PAL adapters (safetensors, no pickle)
-    and `strict_load`; errors call them ``kind_name`` (default: the architecture name)."""
+    and `strict_load`; errors call them ``method_name`` (default: the architecture name)."""
     SAFE_FILE_CONFIGS[architecture] = config_class
-    _KIND_NAMES[architecture] = kind_name or architecture
+    _METHOD_NAMES[architecture] = method_name or architecture
 
 
-def own_adapter_kind(model, adapter_name: str) -> str | None:
-    """The kind name of ``adapter_name`` if it is one of the project's own config types, else None."""
+def own_method_name(model, adapter_name: str) -> str | None:
+    """What errors call ``adapter_name``'s method (PAL, CA-MTL) if it is one of the project's own config
+    types, else None."""
     for architecture, cls in SAFE_FILE_CONFIGS.items():
         if model.adapters_config.match(adapter_name, cls) is not None:
-            return _KIND_NAMES[architecture]
+            return _METHOD_NAMES[architecture]
     return None
 
 
 def _is_own_adapter(model, adapter_name: str) -> bool:
-    return own_adapter_kind(model, adapter_name) is not None
+    return own_method_name(model, adapter_name) is not None
 
 
 def _prepare_save(model, bound, policy: _FilePolicy) -> None:
