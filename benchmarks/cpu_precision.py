@@ -23,9 +23,9 @@ import torch
 import yaml
 from transformers import AutoTokenizer
 
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import build_model, resolve_model
-from pals_adapters.harness.runner import RunConfig, build_trainer, load_train_sets
+from pals_adapters.harness.methods.model import build_model, resolve_model
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.training.runner import RunConfig, build_trainer, load_train_sets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, machine_info, markdown_table, write_results  # noqa: E402

@@ -22,8 +22,8 @@ import adapters
 import pals_adapters  # registers the "pals" presets with adapters
 from pals_adapters import PALsConfig
 from pals_adapters.harness import count_method_parameters
-from pals_adapters.harness.backends.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
-from pals_adapters.harness.methods import METHODS
+from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
+from pals_adapters.harness.methods.registry import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 
 from pals_adapters.harness import RunConfig, run
-from pals_adapters.harness.checkpoints import last_complete_checkpoint
+from pals_adapters.harness.training.checkpoints import last_complete_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import same_settings  # noqa: E402
@@ -227,7 +227,7 @@ def row_runs(out, profile, row, glue_dir):
 
 
 def train_size(task, glue_dir):
-    from pals_adapters.harness.data import load_split
+    from pals_adapters.harness.tasks.splits import load_split
 
     return len(load_split(task, "train", glue_dir=glue_dir))
 

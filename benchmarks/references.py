@@ -27,9 +27,9 @@ import torch
 from _common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results
 
 from pals_adapters.harness import RunConfig, run
-from pals_adapters.harness.data import load_split
-from pals_adapters.harness.metrics import compute_metrics, task_score
-from pals_adapters.harness.tasks import get_task
+from pals_adapters.harness.scoring.metrics import compute_metrics, task_score
+from pals_adapters.harness.tasks.glue import get_task
+from pals_adapters.harness.tasks.splits import load_split
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 GRID = [5e-5, 1e-4]

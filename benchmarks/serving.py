@@ -37,11 +37,11 @@ from transformers import AutoTokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, command_line, load_model, machine_info, markdown_table, write_results  # noqa: E402
 
-from pals_adapters.harness.data import load_split  # noqa: E402
-from pals_adapters.harness.methods import get_method  # noqa: E402
-from pals_adapters.harness.model import BUNDLED_MODEL, MultiTaskModel, resolve_model  # noqa: E402
-from pals_adapters.harness.serving import MultiTaskPredictor  # noqa: E402
-from pals_adapters.harness.tasks import GLUE_TASKS  # noqa: E402
+from pals_adapters.harness.methods.model import BUNDLED_MODEL, MultiTaskModel, resolve_model  # noqa: E402
+from pals_adapters.harness.methods.registry import get_method  # noqa: E402
+from pals_adapters.harness.serving.predictor import MultiTaskPredictor  # noqa: E402
+from pals_adapters.harness.tasks.glue import GLUE_TASKS  # noqa: E402
+from pals_adapters.harness.tasks.splits import load_split  # noqa: E402
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 SETUPS = ("one model", "per task", "5 models")

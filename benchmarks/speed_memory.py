@@ -36,9 +36,9 @@ from adapters.composition import Parallel
 from peft import get_peft_model
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
-from pals_adapters.harness.backends.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
-from pals_adapters.harness.backends.peft_lora import lora_config as peft_lora_config
-from pals_adapters.harness.methods import METHODS
+from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
+from pals_adapters.harness.methods.peft_lora import lora_config as peft_lora_config
+from pals_adapters.harness.methods.registry import METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402

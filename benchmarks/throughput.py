@@ -29,12 +29,18 @@ from _common import command_line, machine_info, markdown_table, write_results
 from torch.utils.data import Subset
 from transformers import AutoTokenizer, TrainerCallback
 
-from pals_adapters.harness.batches import MultiTaskBatches
-from pals_adapters.harness.evaluation import evaluate_tasks
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import build_model, resolve_model
-from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
-from pals_adapters.harness.sampling import make_sampler
+from pals_adapters.harness.data.batches import MultiTaskBatches
+from pals_adapters.harness.data.sampling import make_sampler
+from pals_adapters.harness.methods.model import build_model, resolve_model
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.scoring.evaluation import evaluate_tasks
+from pals_adapters.harness.training.runner import (
+    RunConfig,
+    build_trainer,
+    load_dev_sets,
+    load_train_sets,
+    resolve_tasks,
+)
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 LOOPS = {"before": ("collator", False), "arrays": ("arrays", False), "grouped": ("arrays", True)}

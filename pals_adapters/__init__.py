@@ -1,4 +1,4 @@
-"""Projected Attention Layers (PALs) for the AdapterHub `adapters` library, and a multi-task harness.
+"""Projected Attention Layers (PALs) and CA-MTL for the AdapterHub `adapters` library, and a multi-task harness.
 
 ``import pals_adapters`` registers the ``"pals"`` adapter config type and its presets
 (``pals``, ``pals_no_share``, ``low_rank``, ``pals_top``, ``pals_bottom``)::
@@ -8,7 +8,6 @@
 
 from .accounting import ParameterCount, count_parameters
 from .architectures import ARCHITECTURES, PALSite, supports_pals
-from .config import PALS_PRESETS, PALsConfig
 from .errors import (
     AdapterLoadError,
     ConfigError,
@@ -18,12 +17,20 @@ from .errors import (
     UnsupportedModelError,
     UnsupportedOperationError,
 )
-from .integration import SUPPORTED_MODEL_TYPES, attach_pal_layers, is_pal_adapter, register
-from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
+from .pals import (
+    PALS_PRESETS,
+    SUPPORTED_MODEL_TYPES,
+    PALsConfig,
+    ProjectedAttentionLayer,
+    ProjectedSelfAttention,
+    attach_pal_layers,
+    is_pal_adapter,
+    register,
+)
 
 __version__ = "0.1.0"
 
-register()
+register()  # PALs first, then CA-MTL: their patches of the same adapters functions stack in this order
 from .ca_mtl import CAMTLConfig  # noqa: E402, F401  (importing it registers config="ca_mtl")
 
 __all__ = [

@@ -50,9 +50,9 @@ def count_parameters(
     """Per-task and total parameters of ``method`` on ``model_config``, computed without weights.
 
     ``method`` is anything ``model.add_adapter`` accepts (``"pals"``, ``"double_seq_bn"``, a config
-    object or dict), a ``peft`` config, or one of ``"full"`` (every task fine-tunes its own copy of
-    the model) and ``"shared"`` (only the heads are per task). The harness's method names
-    (``"peft_lora"``, ``"top_pals"`` ...) are counted by `pals_adapters.harness.count_method_parameters`.
+    object or dict) or a ``peft`` config. The harness's method names (separate fine-tuned models,
+    heads only, ``"peft_lora"``, ``"top_pals"`` ...) are counted by
+    `pals_adapters.harness.count_method_parameters`.
     """
     if isinstance(model_config, str):
         model_config = AutoConfig.from_pretrained(model_config)
@@ -63,11 +63,6 @@ def count_parameters(
     head = model_config.hidden_size * num_labels + num_labels
     name = method if isinstance(method, str) else type(method).__name__
 
-    if isinstance(method, str) and method == "full":
-        # Separate models: every task owns a whole copy, nothing is shared.
-        return ParameterCount("full", base, 0, base, head, n_tasks)
-    if isinstance(method, str) and method == "shared":
-        return ParameterCount("shared", base, base, 0, head, n_tasks)
     if _is_peft_config(method):
         from peft import get_peft_model  # peft is optional for the plugin; a PEFT config means it is there
 

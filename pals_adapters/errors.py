@@ -1,4 +1,8 @@
-"""Exceptions raised by pals_adapters; each message says what to fix."""
+"""Exceptions raised by pals_adapters; each message says what to fix, and `config_differences`: the
+readable lines such a message gives for two configs that should be the same."""
+
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 class PalsError(Exception):
@@ -38,3 +42,28 @@ class AdapterLoadError(PalsError, ValueError):
 
 class IntegrityError(AdapterLoadError):
     """An exported file is missing, corrupted, truncated, unsafe or belongs to another task (the message names it)."""
+
+
+def config_differences(
+    left: Mapping,
+    right: Mapping,
+    line: Callable[[str, Any, Any], str] = lambda key, a, b: f"{key}: {a!r} vs {b!r}",
+    *,
+    every_key: bool = False,
+    ignored=(),
+    prepare: Callable[[Any, Any], tuple[Any, Any]] | None = None,
+) -> list[str]:
+    """One ``line(key, a, b)`` per setting whose values differ, by key: the keys both configs have (all
+    keys, missing values as None, with ``every_key``), but ``ignored``; ``prepare`` puts each pair of
+    values in the form they are compared and shown in."""
+    keys = set(left) | set(right) if every_key else set(left) & set(right)
+    lines = []
+    for key in sorted(keys):
+        if key in ignored:
+            continue
+        a, b = left.get(key), right.get(key)
+        if prepare is not None:
+            a, b = prepare(a, b)
+        if a != b:
+            lines.append(line(key, a, b))
+    return lines

@@ -4,7 +4,7 @@
 
 * ``pal_layer.png``: where a Projected Attention Layer sits in a BERT layer (a diagram).
 * ``annealed_sampling.png``: the annealed task-sampling schedule for the five GLUE tasks
-  kept locally, computed with ``pals_adapters.harness.sampling``. The per-epoch table it is drawn
+  kept locally, computed with ``pals_adapters.harness.data.sampling``. The per-epoch table it is drawn
   from is printed to stdout.
 
 Needs matplotlib (``pip install -e ".[docs]"``).
@@ -18,7 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
-from pals_adapters.harness.sampling import format_schedule, make_sampler, schedule  # noqa: E402
+from pals_adapters.harness.data.schedule import format_schedule, schedule  # noqa: E402
+from pals_adapters.harness.data.sampling import make_sampler  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,17 +10,17 @@ modules are created once per model and shared by every CA-MTL task (see docs/ca-
 """
 
 from .accounting import CAMTLParameterCount, count_ca_mtl_parameters
-from .config import CA_MTL_PRESETS, CAMTLConfig, CAMTLSizes
-from .integration import (
+from .attach import (
     SUPPORTED_MODEL_TYPES,
     attach_ca_mtl,
     ca_mtl_modules,
     detach_ca_mtl,
     is_ca_mtl_adapter,
-    register,
     reinitialize_top_layer,
     trainable_shared_parameters,
 )
+from .config import CA_MTL_PRESETS, CAMTLConfig, CAMTLSizes
+from .integration import register
 from .modeling import (
     CAMTLModules,
     ConditionalAlignment,
@@ -31,7 +31,7 @@ from .modeling import (
     FiLM,
     film,
 )
-from .shared import (
+from .shared_modules import (
     SHARED_CONFIG_FILE,
     SHARED_MODULES_FILE,
     load_shared_modules,

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from ..errors import ConfigError
-from .integration import ca_mtl_modules
+from .attach import ca_mtl_modules
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from adapters.composition import Fuse
 from adapters.model_mixin import ModelAdaptersMixin
 
 from ..errors import UnsupportedModelError, UnsupportedOperationError
+from .attach import ca_mtl_modules, check_model, detach_ca_mtl, is_ca_mtl_adapter
 from .config import CA_MTL_PRESETS, CAMTLConfig
-from .integration import ca_mtl_modules, check_model, detach_ca_mtl, is_ca_mtl_adapter
 from .modeling import CAMTLModules
 
 

@@ -5,16 +5,20 @@ Needs the ``harness`` extra (``pip install "pals-adapters[harness]"``); the plug
 (``import pals_adapters``) does not.
 """
 
-from .accounting import count_method_parameters
-from .backends import MethodBackend, get_backend, register_backend
-from .data import load_split
-from .evaluate_metric import TaskMetric, task_metric
-from .export import TaskManifest, export_run, export_task, load_task
-from .methods import METHODS, Method, get_method, register_method
-from .model import MultiTaskModel, build_model
-from .runner import RunConfig, run
-from .sampling import make_sampler
-from .tasks import GLUE_TASKS, TaskSpec, custom_task, get_task, load_task_specs
+from .data.sampling import make_sampler
+from .export import TaskManifest, export_run, export_task, load_task, load_tasks
+from .methods.accounting import count_method_parameters
+from .methods.backend import MethodBackend, get_backend, register_backend
+from .methods.method import Method
+from .methods.model import MultiTaskModel, build_model
+from .methods.registry import METHODS, get_method, register_method
+from .scoring.evaluate_metric import TaskMetric, task_metric
+from .serving.predictor import MultiTaskPredictor
+from .tasks.glue import GLUE_TASKS, get_task
+from .tasks.spec import TaskSpec
+from .tasks.splits import load_split
+from .tasks.user_tasks import custom_task, load_task_specs
+from .training.runner import RunConfig, run
 
 __all__ = [
     "GLUE_TASKS",
@@ -22,6 +26,7 @@ __all__ = [
     "Method",
     "MethodBackend",
     "MultiTaskModel",
+    "MultiTaskPredictor",
     "RunConfig",
     "TaskManifest",
     "TaskMetric",
@@ -36,6 +41,7 @@ __all__ = [
     "get_task",
     "load_split",
     "load_task",
+    "load_tasks",
     "load_task_specs",
     "make_sampler",
     "register_backend",

@@ -26,9 +26,15 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, set_seed
 
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import build_model
-from pals_adapters.harness.runner import RunConfig, build_trainer, load_dev_sets, load_train_sets, resolve_tasks
+from pals_adapters.harness.methods.model import build_model
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.training.runner import (
+    RunConfig,
+    build_trainer,
+    load_dev_sets,
+    load_train_sets,
+    resolve_tasks,
+)
 
 
 def parameter_fingerprint(model: torch.nn.Module) -> str:

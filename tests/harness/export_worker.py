@@ -29,9 +29,9 @@ from helpers import tiny_bert_config  # noqa: E402
 from transformers import BertModel  # noqa: E402
 
 from pals_adapters.harness.export import export_run, fingerprint_model  # noqa: E402
-from pals_adapters.harness.methods import get_method  # noqa: E402
-from pals_adapters.harness.model import MultiTaskModel  # noqa: E402
-from pals_adapters.harness.tasks import GLUE_TASKS  # noqa: E402
+from pals_adapters.harness.methods.model import MultiTaskModel  # noqa: E402
+from pals_adapters.harness.methods.registry import get_method  # noqa: E402
+from pals_adapters.harness.tasks.glue import GLUE_TASKS  # noqa: E402
 
 TASKS = {name: GLUE_TASKS[name] for name in ("rte", "stsb", "cola")}
 

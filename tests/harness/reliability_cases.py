@@ -14,14 +14,15 @@ from helpers import fake_checkpoint, tiny_bert_config
 from transformers import AutoModel, AutoTokenizer, BertModel
 
 from pals_adapters.errors import ConfigError
-from pals_adapters.harness import runner
 from pals_adapters.harness.cli import main
 from pals_adapters.harness.export import export_run, export_task, load_task
 from pals_adapters.harness.export.manifest import MANIFEST
-from pals_adapters.harness.methods import get_method
-from pals_adapters.harness.model import MultiTaskModel
-from pals_adapters.harness.run_folder import LOCK_FILE, write_record
-from pals_adapters.harness.tasks import GLUE_TASKS, load_task_specs
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.user_tasks import load_task_specs
+from pals_adapters.harness.training import runner
+from pals_adapters.harness.training.run_folder import LOCK_FILE, write_record
 
 # "model": a tiny BERT folder with a real tokenizer (128 positions); the table's test sets it.
 TINY = {}
@@ -287,7 +288,7 @@ def user_export_with_test_ids(ids):
 
 def predictor_with_batch_size(batch_size):
     def action(tmp):
-        from pals_adapters.harness.serving import MultiTaskPredictor
+        from pals_adapters.harness.serving.predictor import MultiTaskPredictor
 
         return MultiTaskPredictor.from_exports(served_export(tmp), batch_size=batch_size)
 

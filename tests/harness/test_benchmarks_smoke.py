@@ -10,7 +10,7 @@ import warnings
 import pytest
 from helpers import REPO
 
-from pals_adapters.harness.methods import get_method
+from pals_adapters.harness.methods.registry import get_method
 
 BENCHMARKS = REPO / "benchmarks"
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))

@@ -60,7 +60,11 @@ def test_mkdocs_build_strict(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (site / "index.html").is_file()
-    assert (site / "reference" / "index.html").read_text(encoding="utf-8").count('id="pals_adapters.config.PALsConfig"')
+    assert (
+        (site / "reference" / "index.html")
+        .read_text(encoding="utf-8")
+        .count('id="pals_adapters.pals.config.PALsConfig"')
+    )
     for figure in ("pal_layer.png", "annealed_sampling.png"):
         assert (site / "figures" / figure).is_file()
 

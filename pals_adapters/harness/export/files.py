@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ...errors import ConfigError, IntegrityError
-from ..tasks import check_task_name  # noqa: F401  (the export's rule for folder names)
-from ..weights import weights_task
+from ..methods.weights import weights_task
+from ..tasks.spec import check_task_name  # noqa: F401  (the export's rule for folder names)
 from .manifest import MANIFEST, TaskManifest
 
 BASE_DIR = "base"

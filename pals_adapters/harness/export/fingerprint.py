@@ -17,7 +17,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ...errors import ConfigError
-from ..model import MultiTaskModel
+from ...errors import config_differences as differences
+from ..methods.model import MultiTaskModel
 
 _PEFT_PREFIX = "base_model.model."
 
@@ -165,13 +166,11 @@ def base_config(model: nn.Module) -> dict:
     return json.loads(json.dumps(kept, sort_keys=True, default=str))
 
 
-def config_differences(recorded: Mapping, live: Mapping) -> list[str]:
+def base_config_differences(recorded: Mapping, live: Mapping) -> list[str]:
     """Readable lines for the settings of two `base_config` dicts that differ (those both have)."""
-    return [
-        f"{key}: trained with {recorded[key]!r}, this base has {live[key]!r}"
-        for key in sorted(set(recorded) & set(live))
-        if key not in _NOT_IDENTITY and recorded[key] != live[key]
-    ]
+    return differences(
+        recorded, live, lambda key, a, b: f"{key}: trained with {a!r}, this base has {b!r}", ignored=_NOT_IDENTITY
+    )
 
 
 # A tokenizer fingerprint: the sha256 of each part that decides the token ids, under these names, and

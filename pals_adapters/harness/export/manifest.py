@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import torch
 
 from ...errors import IntegrityError
-from ..methods import BASE_MODES
-from ..model import POOLINGS
-from ..weights import json_default
+from ..methods.method import BASE_MODES
+from ..methods.model import POOLINGS
+from ..methods.weights import json_default
 
 # 2: the base's config and tokenizer are part of its identity; evaluation settings.
 # 3: the tokenizer recorded by what decides the token ids, a task's pooling and its data files. A

@@ -12,17 +12,17 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
-from ..methods import get_method
-from ..model import MultiTaskModel, pretrained_pooler, resolve_model
-from ..tasks import TaskSpec, spec_from_json
-from ..weights import load_module, read_tensors
+from ..methods.model import MultiTaskModel, pretrained_pooler, resolve_model
+from ..methods.registry import get_method
+from ..methods.weights import load_module, read_tensors
+from ..tasks.spec import TaskSpec, spec_from_json
 from .files import check_identity, refuse_pickle, verify_files
 from .fingerprint import (
     backbone_of,
     base_config,
+    base_config_differences,
     base_state_dict,
     clean_config,
-    config_differences,
     dtype_of,
     fingerprint_model,
     plain_class,
@@ -148,7 +148,7 @@ def _shared_state(folder: Path, manifest: TaskManifest, base) -> tuple[dict[str,
     return read_shared_modules(base_dir), str(base_dir / SHARED_MODULES_FILE)
 
 
-def _checked(folder: Path, allow_pickle: bool):
+def checked_task_folder(folder: Path, allow_pickle: bool):
     """A task folder's manifest, task and method, after every file passed its checks."""
     manifest = read_task_manifest(folder)
     refuse_pickle(folder, manifest.files, allow_pickle)
@@ -196,7 +196,7 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     """
     items = [exports] if isinstance(exports, (str, os.PathLike)) else list(exports)
     folders = [folder for item in items for folder in task_folders(item)]
-    checked = [(folder, *_checked(folder, allow_pickle)) for folder in folders]
+    checked = [(folder, *checked_task_folder(folder, allow_pickle)) for folder in folders]
     first_folder, first, _, method = checked[0]
     specs = {}
     for folder, manifest, spec, other in checked:
@@ -237,7 +237,7 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
             f"the base from {source} has fingerprint {got}, but {first_folder} was trained on a base with "
             f"fingerprint {expected}: load it with {wanted}"
         )
-    differences = config_differences(first.base_config, base_config(encoder))
+    differences = base_config_differences(first.base_config, base_config(encoder))
     if differences:
         raise AdapterLoadError(
             f"the base from {source} has another model config than the one {first_folder} was trained on ("

@@ -20,11 +20,12 @@ import shutil
 from pathlib import Path
 
 from ... import __version__
+from ...ca_mtl.shared_modules import SHARED_MODULES_FILE  # in <out_dir>/base: CA-MTL's shared modules
 from ...errors import ConfigError
-from ..data import data_record
-from ..model import MultiTaskModel
-from ..tasks import check_task_name, spec_to_json
-from ..weights import json_default, save_tensors
+from ..methods.model import MultiTaskModel
+from ..methods.weights import json_default, save_tensors
+from ..tasks.file_record import data_record
+from ..tasks.spec import check_task_name, spec_to_json
 from .files import BASE_DIR, hash_files
 from .fingerprint import (
     backbone_of,
@@ -55,7 +56,6 @@ from .staging import staged_export
 PathLike = str | os.PathLike
 
 HEAD_FILE = "head.safetensors"
-SHARED_MODULES_FILE = "shared_modules.safetensors"  # in <out_dir>/base: the method's shared modules (CA-MTL)
 
 
 def _check_exportable(model: MultiTaskModel, task: str | None = None) -> None:
@@ -236,87 +236,6 @@ def check_other_tasks_kept(out_dir: PathLike, model: MultiTaskModel, tokenizer=N
             "them. Export to another folder (--out), or move them away first; nothing was written"
         )
     return sorted(others)
-
-
-def export_added_task(
-    model: MultiTaskModel,
-    task: str,
-    out_dir: PathLike,
-    *,
-    base_mode: str,
-    base_model_name: str | None,
-    metrics: dict | None = None,
-    max_length: int | None = None,
-    tokenizer=None,
-    evaluation: EvaluationRecord | None = None,
-    replace: bool = False,
-) -> Path:
-    """Writes a task trained later against an export's shared base into that export, next to its tasks,
-    which are carried over unchanged (see `export_added_tasks`)."""
-    return export_added_tasks(
-        model,
-        [task],
-        out_dir,
-        base_mode=base_mode,
-        base_model_name=base_model_name,
-        metrics_by_task={task: metrics} if metrics else None,
-        max_length=max_length,
-        tokenizer=tokenizer,
-        evaluation=evaluation,
-        replace=replace,
-    )[task]
-
-
-def export_added_tasks(
-    model: MultiTaskModel,
-    tasks,
-    out_dir: PathLike,
-    *,
-    base_mode: str,
-    base_model_name: str | None,
-    metrics_by_task: dict[str, dict] | None = None,
-    max_length: int | None = None,
-    tokenizer=None,
-    evaluation: EvaluationRecord | None = None,
-    replace: bool = False,
-) -> dict[str, Path]:
-    """Writes tasks trained later against an export's shared base into that export, in one step, next to its
-    other tasks, which are carried over unchanged. The base is not written again: the model must hold the one
-    there (same fingerprint as every task of the export), with the export's method. A task the export already
-    has is refused unless ``replace`` (then its folder is replaced, the others stay byte for byte)."""
-    tasks = list(tasks)
-    for task in tasks:
-        _check_exportable(model, task)
-    base = _Base(model, tokenizer)
-    metrics_by_task = metrics_by_task or {}
-    with staged_export(out_dir, only=tasks) as staging:
-        existing = other_tasks(out_dir, ())  # every task of the export (read under the export's lock)
-        taken = sorted(set(tasks) & set(existing))
-        if taken and not replace:
-            raise ConfigError(
-                f"{out_dir} already has tasks {taken}; replace them with replace=True; nothing was written"
-            )
-        refused = {name: why for name, m in existing.items() if (why := _why_not_kept(m, model, base, base_mode))}
-        if not existing:
-            raise ConfigError(
-                f"{out_dir} holds no task to add to; give the export folder of a run; nothing was written"
-            )
-        if refused or (base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base)):
-            detail = "; ".join(f"{name}: {why}" for name, why in refused.items()) or f"{BASE_DIR}/ differs"
-            raise ConfigError(f"{out_dir}: the model's base is not the export's base ({detail}); nothing was written")
-        for task in tasks:
-            _write_task(
-                model,
-                task,
-                staging / task,
-                base,
-                base_model_name,
-                metrics_by_task.get(task),
-                max_length,
-                evaluation,
-                base_mode=base_mode,
-            )
-    return {task: Path(out_dir) / task for task in tasks}
 
 
 def export_run(

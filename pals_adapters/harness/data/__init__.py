@@ -1,0 +1,11 @@
+"""Training data in batches: the task samplers (`sampling`; pure in seed and step), MT-Uncertainty's
+choice of examples (`uncertainty`), a sampler's schedule (`schedule`), and the batches of one task or
+of several mixed (`batches`).
+
+A new sampler is one family in `sampling.TaskSampler` plus its name in `STRATEGIES`.
+"""
+
+from .batches import MultiTaskBatches
+from .sampling import STRATEGIES, TaskSampler, make_sampler
+
+__all__ = ["STRATEGIES", "MultiTaskBatches", "TaskSampler", "make_sampler"]

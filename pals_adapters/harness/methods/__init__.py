@@ -1,0 +1,25 @@
+"""The methods the harness compares: `Method` (a row: name, backend kind, settings), the registry by
+name (`registry`), the backend protocol (`backend`) and one module per backend family
+(`adapter_configs`, `ca_mtl`, `heads`, `peft_lora`, `top_layers`), the multi-task model that runs
+them (`model`) and their parameter counts (`accounting`).
+
+A new method family is one backend module here (subclass `MethodBackend`, call `register_backend`)
+and one `register_method` entry.
+"""
+
+from . import adapter_configs, ca_mtl, heads, peft_lora, top_layers  # noqa: F401  (each registers itself)
+from .backend import MethodBackend, get_backend, register_backend
+from .method import BASE_MODES, Method
+from .registry import METHODS, OLD_NAMES, get_method, register_method
+
+__all__ = [
+    "BASE_MODES",
+    "METHODS",
+    "OLD_NAMES",
+    "Method",
+    "MethodBackend",
+    "get_backend",
+    "get_method",
+    "register_backend",
+    "register_method",
+]

@@ -1,0 +1,75 @@
+"""What a run records of its task files (sizes, digests), and finding them again in a moved data folder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from .spec import TaskSpec
+from .user_tasks import split_files, with_data_dir
+
+# --------------------------------------------------------------------------- moved data folders
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_record(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, Any] | None:
+    """Where a user task's files are, seen from ``seen_from`` (an export's task folder), and the sha256 of
+    each file that is there: what finds them again after the folders moved together, and tells whether
+    the files found later are the ones the task was trained and scored on. None for GLUE tasks."""
+    if spec.data_dir is None:
+        return None
+    here = os.path.normpath(os.path.abspath(seen_from))
+    try:
+        relative = Path(os.path.relpath(spec.data_dir, here)).as_posix()
+    except ValueError:  # another drive (Windows)
+        relative = None
+    files = {split: Path(file) for split, file in split_files(spec).items()}
+    return {
+        "data_dir_from_export": relative,
+        "sha256": {split: _sha256(path) for split, path in files.items() if path.is_file()},
+    }
+
+
+def locate_task_files(
+    spec: TaskSpec, record: dict[str, Any] | None, seen_from: str | os.PathLike
+) -> tuple[TaskSpec, str | None]:
+    """The task with its files where they are now, and a note when they moved: at the recorded place when
+    any of them is still there, else at the same place relative to ``seen_from`` (the export's task folder)
+    as when it was written (a project folder copied or moved whole). Else the task as recorded (loading then
+    says which file is missing and how to give the new place)."""
+    if spec.data_dir is None or not record or not record.get("data_dir_from_export"):
+        return spec, None
+    if any(Path(file).is_file() for file in split_files(spec).values()):
+        return spec, None
+    moved = with_data_dir(spec, Path(seen_from) / record["data_dir_from_export"])
+    if not any(Path(file).is_file() for file in split_files(moved).values()):
+        return spec, None
+    note = (
+        f"task {spec.name!r}: its files are no longer in {spec.data_dir}; using {moved.data_dir}, where they "
+        "were relative to the export"
+    )
+    return moved, note
+
+
+def changed_files(spec: TaskSpec, record: dict[str, Any] | None) -> list[str]:
+    """Notes on the task's files that differ from the ones recorded at export (sha256), e.g. a dev set that
+    was edited: the scores of `evaluate` are then of the new file, not the run's."""
+    recorded = (record or {}).get("sha256") or {}
+    notes = []
+    for split, file in split_files(spec).items():
+        path = Path(file)
+        if split in recorded and path.is_file() and _sha256(path) != recorded[split]:
+            notes.append(
+                f"task {spec.name!r}: {path} ({split}) differs from the file recorded at export (sha256): "
+                "results are of the file as it is now"
+            )
+    return notes

@@ -1,0 +1,87 @@
+"""The checkpoints of a run folder: which of them really load, newest first, and the record of the
+settings that made them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import zipfile
+from pathlib import Path
+
+from safetensors import safe_open
+
+from ...errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+# What a checkpoint needs to resume; the Trainer writes trainer_state.json last.
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json")
+# The run's settings and its tasks as resolved, written before the first step: what the checkpoints are.
+RUN_CONFIG = "run_config.json"
+RUN_TASKS = "run_tasks.json"
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """The ``checkpoint-N`` folders of ``output_dir``, newest (highest N) first."""
+    root = Path(output_dir)
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+            if match and path.is_dir():
+                found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _file_problem(path: Path) -> str | None:
+    """Why the Trainer could not read ``path`` back (truncated, corrupted), or None. Reads no pickle."""
+    try:
+        if path.suffix == ".json":
+            state = json.loads(path.read_text(encoding="utf-8"))
+            if path.name == "trainer_state.json" and not isinstance(state.get("global_step"), int):
+                return f"{path.name} has no global_step"
+        elif path.suffix == ".safetensors":
+            with safe_open(str(path), "pt"):  # checks that the header covers the whole file
+                pass
+        elif path.suffix in (".pt", ".pth"):
+            with zipfile.ZipFile(path) as archive:  # torch.save writes a zip with CRCs
+                bad = archive.testzip()
+            if bad is not None:
+                return f"{path.name} is corrupted (entry {bad})"
+    except Exception as err:  # noqa: BLE001 (every reason means: this file does not load)
+        return f"{path.name} does not load ({type(err).__name__}: {err})"
+    return None
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why the checkpoint folder cannot be resumed from (a file missing, truncated or corrupted), or None."""
+    path = Path(path)
+    missing = [name for name in CHECKPOINT_FILES if not (path / name).is_file()]
+    if missing:
+        return f"{', '.join(missing)} missing"
+    for file in sorted(path.iterdir()):
+        problem = _file_problem(file) if file.is_file() else None
+        if problem:
+            return problem
+    return None
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` whose files all load. Newer ones that do not
+    (a crash while saving, a damaged file) are skipped, and a warning says which and why."""
+    root = Path(output_dir)
+    found = list_checkpoints(root)
+    skipped = []
+    for path in found:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            if skipped:
+                logger.warning("resume: skipped %s; resuming from %s instead", "; ".join(skipped), path.name)
+            return str(path)
+        skipped.append(f"{path.name} ({problem})")
+    detail = f" (skipped: {'; '.join(skipped)})" if skipped else ""
+    raise ConfigError(
+        f"resume='last': no complete checkpoint-N folder in {root}{detail}; a complete one holds "
+        f"{', '.join(CHECKPOINT_FILES)}. Set save_steps to write checkpoints, or drop resume to start afresh"
+    )

@@ -1,0 +1,118 @@
+"""Per-task exports of any complete checkpoint of a run (e.g. of a run that was interrupted)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import safetensors.torch
+from transformers import AutoTokenizer
+
+from ...errors import AdapterLoadError, ConfigError
+from ..checks import resolve_tasks
+from ..export import export_run, fingerprint_model
+from ..export.added_tasks import export_added_tasks
+from ..methods.model import build_model, resolve_model
+from ..methods.registry import get_method
+from ..run_config import RunConfig
+from ..serving.add_tasks import SharedBase, check_new_tasks, export_tokenizer, shared_base_of
+from ..tasks.spec import spec_from_json
+from .checkpoints import RUN_CONFIG, RUN_TASKS, checkpoint_problem, last_complete_checkpoint
+from .runner import evaluation_record
+
+
+def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict]:
+    """The run's settings and its tasks as they were resolved when it started (labels in their order then,
+    whatever the task file says now)."""
+    config_path = run_dir / RUN_CONFIG
+    if not config_path.is_file():
+        raise ConfigError(f"{config_path}: missing; point to the output_dir of a `pals-bench train` run")
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+        known = {f.name for f in fields(RunConfig)}
+        config = RunConfig(**{k: v for k, v in data.items() if k in known})
+    except (OSError, ValueError, TypeError) as err:
+        raise ConfigError(f"{config_path}: not a record of run settings ({err})") from err
+    tasks_path = run_dir / RUN_TASKS
+    if tasks_path.is_file():  # runs since the record held the tasks
+        try:
+            specs = {name: spec_from_json(spec) for name, spec in json.loads(tasks_path.read_text()).items()}
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{tasks_path}: not a record of the run's tasks ({err})") from err
+    else:
+        specs = resolve_tasks(config)
+    return config, specs
+
+
+def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | None = None) -> dict[str, str]:
+    """Per-task exports of a run's checkpoint (default: its newest one that loads), e.g. of a run that was
+    interrupted, or to re-export the best checkpoint. Returns {task or "base": folder}.
+
+    A run that added tasks to an export (``add_to``) adds them to that export again (default: the one it
+    added to), as it did, the export's other tasks and base unchanged; the export's base must still be the
+    one the run trained against. Any other run's export keeps the tasks added to it later when they can
+    stay beside the checkpoint's base; otherwise nothing is written."""
+    config, specs = _recorded_run(Path(run_dir))
+    method = get_method(config.method)  # parsed once
+    shared = None
+    if config.add_to is not None:
+        try:  # checked before any weight is read
+            shared = shared_base_of(out or config.add_to)
+        except (AdapterLoadError, ConfigError) as err:
+            raise type(err)(
+                f"{run_dir} added its tasks to the export {config.add_to} (add_to): its tasks are exported into that "
+                f"export (leave out --out), next to the tasks whose base they need; {err}"
+            ) from None
+        check_new_tasks(shared, (), method)
+    checkpoint = checkpoint or last_complete_checkpoint(run_dir)
+    weights = Path(checkpoint) / "model.safetensors"
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: missing; give a checkpoint-N folder of the run")
+    problem = checkpoint_problem(checkpoint)
+    if problem and "model.safetensors" in problem:
+        raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
+    source = shared.source if shared is not None else config.model
+    model = build_model(source, specs, method, config.base)
+    missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
+    # save_model stores tensors shared with another name once: only those may be absent.
+    aliased = {n for n in missing if n.startswith("encoder.prompt_tuning.")}
+    if set(missing) - aliased or unexpected:
+        raise ConfigError(
+            f"{weights} does not match the run's model: missing {sorted(set(missing) - aliased)[:4]}, "
+            f"unexpected {sorted(unexpected)[:4]}"
+        )
+    if shared is not None:
+        return _export_added(config, specs, shared, model)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    exported = export_run(
+        model,
+        Path(out or Path(run_dir) / "export"),
+        base_model_name=config.model,
+        tokenizer=tokenizer,
+        max_length=config.max_length,
+        evaluation=evaluation_record(config),
+    )
+    return {name: str(path) for name, path in exported.items()}
+
+
+def _export_added(config: RunConfig, specs: dict, shared: SharedBase, model) -> dict[str, str]:
+    """The tasks of an add_to run, added to the export as the run would have at its end."""
+    if fingerprint_model(model) != shared.fingerprint:
+        raise ConfigError(
+            f"{shared.export_dir}: its base is not the one this run trained its tasks against (the export was "
+            "re-exported or replaced since); they would not load beside its tasks. Nothing was written"
+        )
+    exported = export_added_tasks(
+        model,
+        list(specs),
+        shared.export_dir,
+        base_mode=shared.base_mode,
+        base_model_name=shared.base_model_name,
+        max_length=config.max_length,
+        tokenizer=export_tokenizer(shared),
+        evaluation=evaluation_record(config),
+        # into its own export, the run's tasks are exported again (as any run's re-export replaces its tasks)
+        replace=shared.export_dir.resolve() == Path(config.add_to).resolve(),
+    )
+    return {name: str(path) for name, path in exported.items()}

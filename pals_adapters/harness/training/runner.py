@@ -1,0 +1,320 @@
+"""One entry point for a multi-task run: `RunConfig` -> `run()` -> per-task results and exports.
+
+A single task is the same run with one task: "separate models per task" is a baseline run.
+The settings and their checks live in `run_config`; the output folder's lock, record and resume
+checks in `run_folder`.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import datasets
+import safetensors.torch
+import torch
+from transformers import AutoTokenizer, TrainingArguments, set_seed
+
+from ...errors import ConfigError
+from ..checks import resolve_task_names, resolve_tasks  # noqa: F401  (public here too)
+from ..data.batches import MultiTaskBatches, tokenize, unwrap_single_item
+from ..data.sampling import make_sampler
+from ..export import EvaluationRecord, export_run, fingerprint_model
+from ..export.added_tasks import export_added_tasks
+from ..export.read import load_shared_modules
+from ..export.write import check_other_tasks_kept, other_tasks
+from ..methods.model import build_model, resolve_model
+from ..plan import RunPlan, plan_run
+from ..run_config import RunConfig
+from ..scoring.report import parameter_summary, plot_training, task_metrics
+from ..serving.add_tasks import SharedBase
+from ..tasks.spec import TaskSpec
+from ..tasks.splits import SkippedRows, load_split
+from .run_folder import prepare_run_folder, run_lock
+from .trainer import MultiTaskTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def load_train_sets(
+    config: RunConfig, specs: dict[str, TaskSpec], tokenizer, skipped: list[SkippedRows] | None = None
+) -> dict[str, datasets.Dataset]:
+    """Tokenised training set per task (a seeded random subset if ``max_train_examples``); ``skipped``
+    receives the malformed rows that tasks with ``skip_bad_rows`` left out."""
+    train = {}
+    for name, spec in specs.items():
+        data = load_split(spec, "train", glue_dir=config.glue_dir, source=config.data_source, skipped=skipped)
+        if config.max_train_examples:
+            data = data.shuffle(seed=config.seed).select(range(min(config.max_train_examples, len(data))))
+        train[name] = tokenize(data, spec, tokenizer, config.max_length)
+    return train
+
+
+def regression_label_stats(train: dict[str, datasets.Dataset], specs: dict[str, TaskSpec]) -> dict:
+    """Mean and standard deviation of the training labels of each regression task."""
+    stats = {}
+    for name, spec in specs.items():
+        if spec.is_regression:
+            labels = torch.tensor(train[name]["label"], dtype=torch.float64)
+            stats[name] = (float(labels.mean()), float(labels.std(unbiased=False)))
+    return stats
+
+
+def load_dev_sets(
+    config: RunConfig, specs: dict[str, TaskSpec], tokenizer, skipped: list[SkippedRows] | None = None
+) -> dict[str, dict[str, "datasets.Dataset"]]:
+    """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
+    dev = {}
+    for name, spec in specs.items():
+        dev[name] = {}
+        for split in spec.dev_splits:
+            data = load_split(spec, split, glue_dir=config.glue_dir, source=config.data_source, skipped=skipped)
+            if config.max_eval_examples:
+                data = data.select(range(min(config.max_eval_examples, len(data))))
+            dev[name][split] = tokenize(data, spec, tokenizer, config.max_length)
+    return dev
+
+
+def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskTrainer:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    sampler = make_sampler(
+        config.sampler,
+        {name: len(data) for name, data in train.items()},
+        seed=config.seed,
+        total_steps=config.max_steps,
+        steps_per_epoch=config.steps_per_epoch,
+        alpha=config.alpha,
+    )
+    batches = MultiTaskBatches(
+        train,
+        sampler,
+        tokenizer,
+        config.batch_size,
+        config.max_steps,
+        world_size=world_size,
+        seed=config.seed,
+        all_tasks=config.sampler == "mt_uncertainty",
+        group_by_length=config.group_by_length,
+        mixed=config.batching == "mixed" and config.sampler != "mt_uncertainty",  # MT-U picks its own mix
+    )
+    evaluate_during = config.eval_steps is not None
+    args = TrainingArguments(
+        output_dir=config.output_dir,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=1,  # one item = one whole batch of one task
+        per_device_eval_batch_size=config.eval_batch_size,
+        learning_rate=config.lr,
+        weight_decay=config.weight_decay,
+        warmup_ratio=config.warmup_ratio,
+        lr_scheduler_type="linear",
+        logging_steps=config.logging_steps,
+        eval_strategy="steps" if evaluate_during else "no",
+        eval_steps=config.eval_steps,
+        save_strategy="steps" if (evaluate_during or config.save_steps) else "no",
+        save_steps=config.save_steps or config.eval_steps,
+        save_safetensors=True,
+        save_total_limit=config.save_total_limit,
+        load_best_model_at_end=config.select_best,
+        metric_for_best_model="eval_average" if config.select_best else None,
+        greater_is_better=True,
+        seed=config.seed,
+        data_seed=config.seed,
+        fp16=config.precision == "fp16",
+        bf16=config.precision == "bf16",
+        report_to=list(config.report_to),
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        remove_unused_columns=False,
+        # Each step trains one task: the other tasks' parameters get no gradient.
+        ddp_find_unused_parameters=True,
+        # Without it, accelerate sees no device to distribute over on a CPU-only machine: under torchrun
+        # every rank would then train on its own (DistributedType.NO) instead of using gloo DDP.
+        # bf16 without a GPU: Trainer autocasts on the CPU only when told to use it (fp32 master weights).
+        use_cpu=(world_size > 1 or config.precision == "bf16") and not torch.cuda.is_available(),
+        disable_tqdm=False,
+    )
+    return MultiTaskTrainer(
+        model=model,
+        args=args,
+        train_dataset=batches,
+        # Trainer insists on an eval_dataset for periodic evaluation; ours reads eval_sets instead.
+        eval_dataset=list(dev) if evaluate_during else None,
+        data_collator=unwrap_single_item,
+        processing_class=tokenizer,
+        eval_sets=dev,
+        adapter_lr=config.adapter_lr,
+        example_batch_size=config.batch_size,
+        mixed_batches=config.batching == "mixed",
+        sampling_epochs=(config.steps_per_epoch, config.max_steps) if config.sampler == "annealed" else None,
+    )
+
+
+def evaluation_record(config: RunConfig) -> EvaluationRecord:
+    """How the run scores its tasks at the end: `pals-bench evaluate` repeats it by default."""
+    glue_dir = config.glue_dir or os.environ.get("GLUE_DIR")
+    return EvaluationRecord(
+        max_eval_examples=config.max_eval_examples,
+        eval_batch_size=config.eval_batch_size,
+        glue_dir=str(Path(glue_dir).resolve()) if glue_dir else None,
+        data_source=config.data_source,
+    )
+
+
+def run(config: RunConfig) -> dict:
+    """Trains, evaluates on the dev sets, exports every task; returns and writes ``results.json``.
+
+    Every setting is checked, the output folder locked and a resume compared with the run it continues
+    before anything is loaded."""
+    started = time.time()
+    plan = plan_run(config)  # every setting checked, the method parsed once: the rest reads the plan
+    writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
+    settings = plan.settings
+    with run_lock(plan.output_dir) if writer else contextlib.nullcontext(), torch_threads(settings.threads):
+        resume = prepare_run_folder(settings, plan.task_specs, writer=writer)
+        return _train(plan, resume, started)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None):
+    """Runs the block with ``count`` torch threads (None: as the process has them: OMP_NUM_THREADS, else
+    one per core), and puts the number back after it."""
+    if count is None:
+        yield
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"threads={count!r}: give a whole number >= 1 (or leave it unset)")
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def trainer_is_writer() -> bool:
+    """Under torchrun only rank 0 writes."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _check_added_base(config: RunConfig, shared: SharedBase, model, resume: str | None) -> None:
+    """Before any step: the model holds the export's base as it is now, and so does the checkpoint resumed."""
+    load_shared_modules(model, Path(shared.source) if shared.base_mode == "finetune" else None)
+    if fingerprint_model(model) != shared.fingerprint:
+        raise ConfigError(
+            f"add_to={config.add_to}: the base loaded from {shared.source} is not the base the export's tasks were "
+            "trained on (its weights changed since); nothing was trained"
+        )
+    if resume is not None:  # the checkpoint holds the (frozen) base it trained against: load it as resuming will
+        safetensors.torch.load_model(model, str(Path(resume) / "model.safetensors"), strict=False)
+        if fingerprint_model(model) != shared.fingerprint:
+            raise ConfigError(
+                f"resume: {resume} trained against another base than the one the export {config.add_to} has now "
+                "(the export was re-exported or replaced since this run started), so its tasks would not load "
+                "beside the export's; start a new run (new output_dir) to train them on the export's base"
+            )
+
+
+def _check_export_folder(config: RunConfig, model, tokenizer) -> None:
+    """Before any step: the export at the end must not delete tasks added to the run's export folder later."""
+    export_dir = Path(config.output_dir) / "export"
+    others = other_tasks(export_dir, model.tasks)
+    if others and config.base == "finetune":
+        raise ConfigError(
+            f"{export_dir} holds tasks {sorted(others)} that this run does not train (added to that export later "
+            "with add_to?); they need its base, which this run's training replaces, so the export at the end would "
+            "delete them. Choose another output_dir, or move them away first"
+        )
+    check_other_tasks_kept(export_dir, model, tokenizer)
+
+
+def _device_name(device: torch.device) -> str:
+    """``cpu`` or ``cuda:0 (NVIDIA H100 80GB HBM3)``: which machine a run's wall time belongs to."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
+
+
+def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
+    config, specs, shared, base_source = plan.settings, plan.task_specs, plan.shared, plan.base_source
+    set_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
+    skipped: list[SkippedRows] = []  # malformed rows that tasks with skip_bad_rows left out (logged, recorded)
+    train, dev = load_train_sets(config, specs, tokenizer, skipped), load_dev_sets(config, specs, tokenizer, skipped)
+    model = build_model(base_source, specs, plan.method, plan.base_mode)
+    if config.standardise_targets:
+        model.standardise_targets(regression_label_stats(train, specs))
+    if shared is not None:
+        _check_added_base(config, shared, model, resume)
+    elif config.export and trainer_is_writer():
+        _check_export_folder(config, model, tokenizer)
+    trainer = build_trainer(config, model, tokenizer, train, dev)
+    trainer.train(resume_from_checkpoint=resume)
+    metrics = trainer.evaluate()
+    results = {
+        "config": asdict(config),
+        "metrics": {k[len("eval_") :]: v for k, v in metrics.items() if k.startswith("eval_")},
+        "train_sizes": {name: len(data) for name, data in train.items()},
+        "parameters": parameter_summary(model),
+        "log_history": trainer.state.log_history,
+        "device": _device_name(trainer.args.device),
+        "threads": torch.get_num_threads(),
+        "per_class": trainer.class_reports,
+        "skipped_rows": _skipped_record(skipped),
+    }
+    results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
+    out = Path(config.output_dir)
+    if trainer.is_world_process_zero():
+        if plan.export_dir is not None and shared is not None:
+            exported = export_added_tasks(
+                model,
+                list(specs),
+                plan.export_dir,
+                base_mode=shared.base_mode,
+                base_model_name=shared.base_model_name,
+                metrics_by_task={t: task_metrics(results["metrics"], t, specs) for t in specs},
+                max_length=config.max_length,
+                tokenizer=tokenizer,
+                evaluation=evaluation_record(config),
+                replace=config.replace,
+            )
+            results["exports"] = {task: str(path) for task, path in exported.items()}
+        elif plan.export_dir is not None:
+            per_task = {t: task_metrics(results["metrics"], t, specs) for t in specs}
+            exported = export_run(
+                model,
+                plan.export_dir,
+                base_model_name=config.model,
+                metrics_by_task=per_task,
+                tokenizer=tokenizer,
+                max_length=config.max_length,
+                evaluation=evaluation_record(config),
+            )
+            results["exports"] = {task: str(path) for task, path in exported.items()}
+        out.mkdir(parents=True, exist_ok=True)
+        results["plot"] = _plot(trainer.state.log_history, out / PLOT_FILE)
+        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
+PLOT_FILE = "training.png"
+
+
+def _plot(log_history: list[dict], path: Path) -> str | None:
+    """The run's picture (`report.plot_training`); a failure to draw it never fails the run."""
+    try:
+        written = plot_training(log_history, path)
+    except Exception as err:  # noqa: BLE001 - a plot is never worth the run's results
+        logger.warning("could not draw %s (%s: %s); the run's results are kept", path, type(err).__name__, err)
+        return None
+    return str(written) if written is not None else None
+
+
+def _skipped_record(skipped: list[SkippedRows]) -> dict:
+    """``{task: {split: {file, count, first}}}`` of the malformed rows left out (skip_bad_rows)."""
+    record: dict = {}
+    for report in skipped:
+        record.setdefault(report.task, {})[report.split] = report.as_json()
+    return record
