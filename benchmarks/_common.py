@@ -126,11 +126,9 @@ def markdown_table(header, rows):
 
 def same_settings(cached: dict, config: RunConfig, ignore=("resume", "output_dir")) -> bool:
     """Whether a cached run's recorded config is ``config``. A setting added to RunConfig after the run
-    was cached counts at its default: new settings default to the behaviour runs had before them."""
-    defaults = {
-        f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        for f in dataclasses.fields(RunConfig)
-    }
+    was cached counts at its default: new settings default to the behaviour runs had before them (the
+    defaults of a run that sets nothing, e.g. standardise_targets off: the base is fine-tuned)."""
+    defaults = dataclasses.asdict(RunConfig())
     now = json.loads(json.dumps(dataclasses.asdict(config)))
     recorded = {**json.loads(json.dumps(defaults)), **cached}
     return {k: v for k, v in recorded.items() if k not in ignore} == {k: v for k, v in now.items() if k not in ignore}

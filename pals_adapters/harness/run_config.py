@@ -98,10 +98,13 @@ class RunConfig:
         True, "batch examples of similar length within a task (less padding; every example once per pass)"
     )
     max_length: int = _setting(128, "tokens per example (longer ones are truncated)")
-    standardise_targets: bool = _setting(
-        False,
+    standardise_targets: bool | None = _setting(
+        None,
         "regression tasks (STS-B): loss in units of the training labels' variance, head starting at their mean, "
-        "so a 0-5 score weighs in the shared encoder like a class loss; scores and predictions stay in label units",
+        "so a 0-5 score weighs in the shared encoder like a class loss; scores and predictions stay in label units. "
+        "With a frozen base the head must start at the mean: a head starting at 0 makes the adapters learn the "
+        "offset, which wipes out the frozen base's features (PALs: docs/pals.md)",
+        "on with a frozen base (and add_to), off with a fine-tuned one (the paper)",
     )
     lr: float = _setting(2e-5, "peak learning rate of the shared encoder (AdamW, warm-up then linear decay)")
     adapter_lr: float | None = _setting(None, "learning rate of the task-specific parameters (default: lr)")
@@ -149,6 +152,7 @@ class RunConfig:
             self.method = DEFAULT_METHOD if self.method is None else self.method
             self.base = DEFAULT_BASE if self.base is None else self.base
         self._default_sampler()
+        self._default_standardise_targets()
 
     def _default_sampler(self) -> None:
         if (
@@ -157,6 +161,10 @@ class RunConfig:
             name = self.method.split("[")[0].strip() if isinstance(self.method, str) else None
             method = METHODS.get(OLD_NAMES.get(name, name))
             self.sampler = (method.default_sampler if method is not None else None) or "annealed"
+
+    def _default_standardise_targets(self) -> None:
+        if self.standardise_targets is None and self.base is not None:  # add_to: once the base is known
+            self.standardise_targets = self.base == "frozen"
 
     def validate(self) -> dict[str, TaskSpec]:
         """Checks every setting (types, values, names, the model's limits) and returns the run's tasks
@@ -171,6 +179,7 @@ class RunConfig:
         None) and the method, parsed once."""
         _check_types(self)
         shared, method = take_from_export(self)
+        self._default_standardise_targets()
         check_values(self)
         method = method or get_method(self.method)
         check_choices(self, method)

