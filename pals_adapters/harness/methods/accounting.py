@@ -44,7 +44,7 @@ def count_method_parameters(
     method, model_config: str | PretrainedConfig, n_tasks: int = 8, num_labels: int = 2
 ) -> ParameterCount:
     """Like `pals_adapters.count_parameters`, for harness method names (``"peft_lora[r=16]"``,
-    ``"top_pals"`` ...) too: the task parameters are those the method's backend declares."""
+    ``"attention_on_top"`` ...) too: the task parameters are those the method's backend declares."""
     name = method.split("[")[0].strip() if isinstance(method, str) else None
     if isinstance(model_config, str):
         model_config = AutoConfig.from_pretrained(model_config)

@@ -266,7 +266,8 @@ def test_parameter_counts_of_harness_methods_agree_with_the_libraries():
         == 12 * 2 * (768 * 8 + 8 * 768)
     )
     d, s = 768, 204  # the paper's "projected attention on top": V_E, V_D, six blocks with Q, K, V, O, LN
-    assert count_parameters("top_pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
+    per_task = (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
+    assert count_parameters("attention_on_top", cfg).per_task == per_task
 
 
 @needs_glue
