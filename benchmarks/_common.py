@@ -12,7 +12,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModel, BertConfig
 
+from pals_adapters.errors import warn_renamed
 from pals_adapters.harness import RunConfig
+from pals_adapters.harness.methods.method import OLD_NAMES, current_name
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODELS = ("minilm", "bert-base", "bert-large", "tiny")
@@ -101,6 +103,30 @@ def comma_list(text):
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def typed_methods(text):
+    """``--methods`` as typed -> method specs in their current spelling; an old name (``pals_top``,
+    ``top_pals``) is accepted with a `pals_adapters.errors.RenamedWarning`."""
+    specs = []
+    for spec in comma_list(text):
+        new = current_name(spec)
+        if new != spec:
+            warn_renamed("method", spec.partition("[")[0].strip(), new.partition("[")[0])
+        specs.append(new)
+    return specs
+
+
+def cached_run_folder(runs: Path, run_id: str) -> Path:
+    """``runs/<run_id>``, or the folder of the same run cached before its method was renamed
+    (``top_pals-...`` for ``attention_on_top-...``) when only that one exists: caches continue."""
+    folder = runs / run_id
+    if not folder.exists():
+        for old, new in OLD_NAMES.items():
+            legacy = runs / (old + run_id[len(new) :])
+            if run_id.startswith(new + "-") and legacy.exists():
+                return legacy
+    return folder
+
+
 def verdict_line(passed, text):
     """``PASS: text`` or ``FAIL: text``, the line a benchmark's check prints."""
     return f"{'PASS' if passed else 'FAIL'}: {text}"
@@ -131,4 +157,5 @@ def same_settings(cached: dict, config: RunConfig, ignore=("resume", "output_dir
     defaults = dataclasses.asdict(RunConfig())
     now = json.loads(json.dumps(dataclasses.asdict(config)))
     recorded = {**json.loads(json.dumps(defaults)), **cached}
+    now["method"], recorded["method"] = current_name(now["method"]), current_name(recorded["method"])  # renames
     return {k: v for k, v in recorded.items() if k not in ignore} == {k: v for k, v in now.items() if k not in ignore}

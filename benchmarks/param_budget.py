@@ -43,17 +43,17 @@ PAPER = {
     "shared": 1.00,
     "pals": 1.13,
     "low_rank": 1.13,
-    "pals_top": 1.13,
-    "pals_bottom": 1.13,
-    "top_layer": 1.66,
-    "top_pals": 1.10,
+    "pals_top_layers": 1.13,
+    "pals_bottom_layers": 1.13,
+    "layer_on_top": 1.66,
+    "attention_on_top": 1.10,
 }
 CHECK_RANGE = (1.12, 1.14)  # PALs(204) on BERT-base must land here
 
 NOTES = [
-    "- `top_layer`: one `BertLayer` per task gives 1.52x on BERT-base; the paper prints 1.66x, "
+    "- `layer_on_top`: one `BertLayer` per task gives 1.52x on BERT-base; the paper prints 1.66x, "
     "which would need about 9.1M parameters per task (a layer plus something the paper does not spell out).",
-    "- `top_pals` counts query/key/value/output matrices per block (4·d_s², the paper's Table 1; PALs "
+    "- `attention_on_top` counts query/key/value/output matrices per block (4·d_s², the paper's Table 1; PALs "
     "use 3·d_s²) and lands on the paper's 1.10x.",
     "- `lora[r=N]`: the rank whose budget is closest to PALs'; write it the same way as `--method`.",
     "- The same PAL widths buy a smaller multiplier on MiniLM: its 30522-word embedding is half of its "
@@ -101,8 +101,8 @@ def method_descriptions(config, n_tasks):
         "houlsby": f"adapters double_seq_bn (Houlsby et al. 2019), bottleneck d/{houlsby.reduction_factor}",
         "lora": lora_description(adapters.AdapterConfig.load("lora").r),
         "peft_lora": f"PEFT LoraConfig(r={peft['r']}, target_modules=[{', '.join(peft['target_modules'])}])",
-        "top_layer": "one whole extra BERT layer per task on top of the encoder",
-        "top_pals": f"6 projected attention layers on top (d_s={top_ds}, Q/K/V/O + LayerNorm each; "
+        "layer_on_top": "one whole extra BERT layer per task on top of the encoder",
+        "attention_on_top": f"6 projected attention layers on top (d_s={top_ds}, Q/K/V/O + LayerNorm each; "
         "one V_E/V_D pair around them)",
     }
 
@@ -183,11 +183,11 @@ def model_title(model_name, summary):
 
 def print_model(model_name, summary):
     print(f"\n{model_title(model_name, summary)}")
-    print(f"{'method':<16} {'per task':>11} {'total':>13} {'x base':>7} {'paper':>6}  description")
+    print(f"{'method':<20} {'per task':>11} {'total':>13} {'x base':>7} {'paper':>6}  description")
     for r in summary["rows"]:
         paper = f"{r['paper_multiplier']:.2f}" if r["paper_multiplier"] is not None else ""
         print(
-            f"{r['method']:<16} {r['per_task']:>11,} {r['total']:>13,} {r['multiplier']:>7.3f} {paper:>6}"
+            f"{r['method']:<20} {r['per_task']:>11,} {r['total']:>13,} {r['multiplier']:>7.3f} {paper:>6}"
             f"  {r['description']}"
         )
 

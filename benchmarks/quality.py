@@ -30,7 +30,7 @@ from pals_adapters.harness import RunConfig, run
 from pals_adapters.harness.training.checkpoints import last_complete_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import same_settings  # noqa: E402
+from _common import cached_run_folder, same_settings  # noqa: E402
 from references import majority_score  # noqa: E402
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
@@ -134,7 +134,7 @@ ROWS_MEDIUM = [
     ("LoRA (adapters) r=8", "3", "lora", "finetune", "annealed", False),
     ("LoRA (PEFT) r=8", "3", "peft_lora", "finetune", "annealed", False),
     ("low-rank", "3", "low_rank", "finetune", "annealed", False),
-    ("projected attention on top", "3", "top_pals", "finetune", "annealed", False),
+    ("projected attention on top", "3", "attention_on_top", "finetune", "annealed", False),
     ("CA-MTL (MT-Uncertainty)", "3", "ca_mtl", "finetune", "mt_uncertainty", False),
     ("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
     ("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
@@ -151,7 +151,7 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t quantil
 def run_cached(out: Path, run_id: str, config: RunConfig, train: bool = True) -> dict | None:
     """One harness run, or its cached results; an interrupted run resumes from its last checkpoint.
     With ``train=False`` only the cache is read: None when the run has not finished with these settings."""
-    folder = out / "runs" / run_id
+    folder = cached_run_folder(out / "runs", run_id)
     cached = folder / "results.json"
     config.output_dir = str(folder)
     if cached.exists():

@@ -49,12 +49,13 @@ from _common import (  # noqa: E402
     machine_info,
     markdown_table,
     model_config,
+    typed_methods,
     verdict_line,
     write_results,
 )
 
-ALL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top", "houlsby", "lora", "peft_lora")
-PAL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top")
+ALL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers", "houlsby", "lora", "peft_lora")
+PAL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers")
 FORWARD_TARGET = 1.12  # PALs forward / base forward
 FROZEN_TARGET = 0.80  # PALs step with the base frozen / full fine-tuning step
 REFERENCE_ROWS = ("base", "adapters_init")  # rows that are not methods
@@ -79,8 +80,8 @@ def parse_args(argv=None):
     parser.add_argument("--tasks", default="cola,sst2,mrpc,stsb,rte", help="PAL adapters for the Parallel test")
     parser.add_argument(
         "--parallel-configs",
-        default="pals,pals_top",
-        help="PAL presets for the Parallel test (pals_top leaves the bottom half shared)",
+        default="pals,pals_top_layers",
+        help="PAL presets for the Parallel test (pals_top_layers leaves the bottom half shared)",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory round")
     parser.add_argument(
@@ -94,12 +95,12 @@ def parse_args(argv=None):
         # One thread unless asked: on a busy machine, threads waiting for each other at every small op
         # can make a tiny model 100x slower, and a smoke test should finish in seconds.
         args.threads = args.threads or 1
-    args.methods = comma_list(args.methods)
+    args.methods = typed_methods(args.methods)
     unknown = sorted(set(args.methods) - set(ALL_METHODS))
     if unknown:
         parser.error(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
     args.tasks = comma_list(args.tasks)
-    args.parallel_configs = comma_list(args.parallel_configs)
+    args.parallel_configs = typed_methods(args.parallel_configs)
     return args
 
 
@@ -639,7 +640,7 @@ def report_lines(results):
         "",
         f"One forward with `Parallel({tasks})` against {len(multi['tasks'])} separate forwards (one per task) "
         "on the same batch. Parallel repeats the batch at the first layer holding one of the adapters, so only "
-        "the layers below it (with `pals_top`: the bottom half) run once for all tasks.",
+        "the layers below it (with `pals_top_layers`: the bottom half) run once for all tasks.",
         "",
         multitask_table(multi),
         "",

@@ -1,9 +1,12 @@
 """Projected Attention Layers (PALs) and CA-MTL for the AdapterHub `adapters` library, and a multi-task harness.
 
 ``import pals_adapters`` registers the ``"pals"`` adapter config type and its presets
-(``pals``, ``pals_no_share``, ``low_rank``, ``pals_top``, ``pals_bottom``)::
+(``pals``, ``pals_no_share``, ``low_rank``, ``pals_top_layers``, ``pals_bottom_layers``)::
 
     model.add_adapter("sst", config="pals")
+
+The presets' old names ``pals_top`` / ``pals_bottom`` (`RENAMED_PRESETS`) still work until 0.3, with a
+`RenamedWarning`.
 """
 
 from .accounting import ParameterCount, count_parameters
@@ -13,12 +16,14 @@ from .errors import (
     ConfigError,
     DataError,
     PalsError,
+    RenamedWarning,
     UnknownNameError,
     UnsupportedModelError,
     UnsupportedOperationError,
 )
 from .pals import (
     PALS_PRESETS,
+    RENAMED_PRESETS,
     SUPPORTED_MODEL_TYPES,
     PALsConfig,
     ProjectedAttentionLayer,
@@ -38,6 +43,7 @@ __all__ = [
     "PALSite",
     "supports_pals",
     "PALS_PRESETS",
+    "RENAMED_PRESETS",
     "PALsConfig",
     "ParameterCount",
     "count_parameters",
@@ -51,6 +57,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "PalsError",
+    "RenamedWarning",
     "UnknownNameError",
     "UnsupportedModelError",
     "UnsupportedOperationError",

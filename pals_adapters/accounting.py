@@ -51,7 +51,7 @@ def count_parameters(
 
     ``method`` is anything ``model.add_adapter`` accepts (``"pals"``, ``"double_seq_bn"``, a config
     object or dict) or a ``peft`` config. The harness's method names (separate fine-tuned models,
-    heads only, ``"peft_lora"``, ``"top_pals"`` ...) are counted by
+    heads only, ``"peft_lora"``, ``"attention_on_top"`` ...) are counted by
     `pals_adapters.harness.count_method_parameters`.
     """
     if isinstance(model_config, str):

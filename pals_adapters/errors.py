@@ -1,6 +1,9 @@
 """Exceptions raised by pals_adapters; each message says what to fix, and `config_differences`: the
-readable lines such a message gives for two configs that should be the same."""
+readable lines such a message gives for two configs that should be the same. Also the warning for a
+renamed name still accepted in its old spelling (`warn_renamed`)."""
 
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +45,37 @@ class AdapterLoadError(PalsError, ValueError):
 
 class IntegrityError(AdapterLoadError):
     """An exported file is missing, corrupted, truncated, unsafe or belongs to another task (the message names it)."""
+
+
+class RenamedWarning(DeprecationWarning, FutureWarning):
+    """A name typed in an old spelling (a PAL preset, a harness method) that still works for one release.
+
+    A `DeprecationWarning` (what ``pytest.warns(DeprecationWarning)`` and test runners look for) and a
+    `FutureWarning` (the category of 0.1's renames): shown by default (see the filter below), since the
+    people who must act on it are the ones who type the name, not only developers."""
+
+
+warnings.filterwarnings("default", category=RenamedWarning)  # Python hides DeprecationWarnings outside __main__
+
+
+def warn_renamed(what: str, old: str, new: str) -> None:
+    """Says that ``old`` is the deprecated spelling of ``new`` (removed in 0.3), at the line that named it:
+    the first caller outside this package and `adapters` (so one ``add_adapter`` call warns once)."""
+    warnings.warn(
+        f"{what} name {old!r} is deprecated and will be removed in 0.3; write {new!r}",
+        RenamedWarning,
+        stacklevel=_outside_caller_level(),
+    )
+
+
+_INNER_PACKAGES = ("pals_adapters", "adapters")  # a warning points past their frames
+
+
+def _outside_caller_level() -> int:
+    frame, level = sys._getframe(2), 2  # the caller of warn_renamed is stacklevel 2
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INNER_PACKAGES:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def config_differences(

@@ -29,9 +29,11 @@ FILE_METHODS = ("save_adapter", "save_all_adapters", "save_adapter_setup", "load
 
 def wrap(owner, name, wrapper, marker: str, static=False):
     """Replaces ``owner.name`` by a function calling ``wrapper(original, *args, **kwargs)``, once per
-    ``marker`` (each method passes its own, so patches of the same function stack)."""
+    ``marker`` (each method passes its own, so patches of the same function stack). A classmethod stays one
+    (the wrapper gets the class first); ``static`` marks a staticmethod."""
     original = vars(owner)[name]
-    original = original.__func__ if static else original
+    descriptor = classmethod if isinstance(original, classmethod) else staticmethod if static else None
+    original = original.__func__ if descriptor else original
     if getattr(original, marker, False):
         return
 
@@ -40,7 +42,7 @@ def wrap(owner, name, wrapper, marker: str, static=False):
         return wrapper(original, *args, **kwargs)
 
     setattr(patched, marker, True)
-    setattr(owner, name, staticmethod(patched) if static else patched)
+    setattr(owner, name, descriptor(patched) if descriptor else patched)
 
 
 def bind_arguments(original, *args, **kwargs) -> inspect.BoundArguments:

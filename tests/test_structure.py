@@ -104,12 +104,39 @@ def test_module_imports_form_no_cycle():
 
 @pytest.mark.parametrize("old, new", sorted(OLD_NAMES.items()))
 def test_old_method_names_still_work_and_warn(old, new):
-    with pytest.warns(FutureWarning, match=new):
+    with pytest.warns(DeprecationWarning, match=f"{old!r} is deprecated.*write {new!r}") as caught:
         method = get_method(old)
-    assert method.name == new
+    assert all(issubclass(w.category, FutureWarning) for w in caught)  # 0.1's renames warned so: still caught
+    assert caught[0].filename == __file__  # points at the line that names it
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert get_method(new).name == new
+        assert method == get_method(new) and method.name == new
+
+
+def test_the_renamed_names_are_unambiguous_and_map_as_documented():
+    expected = {
+        "pals_top": "pals_top_layers",
+        "pals_bottom": "pals_bottom_layers",
+        "top_pals": "attention_on_top",
+        "top_layer": "layer_on_top",
+    }
+    assert {old: OLD_NAMES[old] for old in expected} == expected
+    assert not set(OLD_NAMES) & set(METHODS)  # an old name is never also a method
+    on_top = METHODS["attention_on_top"], METHODS["layer_on_top"]  # per-task layers above the encoder
+    assert [(m.kind, m.top) for m in on_top] == [("top", "pals"), ("top", "bert_layer")]
+    for preset in ("pals_top_layers", "pals_bottom_layers"):  # PALs inside the encoder's layers
+        assert (METHODS[preset].kind, METHODS[preset].adapter_config) == ("adapters", preset)
+    with pytest.warns(DeprecationWarning, match="attention_on_top"):  # with settings, as typed
+        old = get_method("top_pals[hidden_size_aug=24]")
+    assert old == get_method("attention_on_top[hidden_size_aug=24]")
+
+
+def test_the_cli_help_names_the_new_methods_only():
+    text = " ".join(build_parser().commands["train"].format_help().split())
+    for name in ("pals_top_layers", "pals_bottom_layers", "attention_on_top", "layer_on_top"):
+        assert name in text
+    for old in ("top_pals", "top_layer,", "pals_top,", "pals_bottom,"):
+        assert old not in text
 
 
 @pytest.mark.parametrize(
@@ -118,7 +145,7 @@ def test_old_method_names_still_work_and_warn(old, new):
         ("houlsby[reduction=32]", "reduction_factor"),
         ("pals[hidden_size=64]", "hidden_size_aug"),
         ("peft_lora[rank=4]", "rank"),
-        ("top_pals[widht=3]", "PALsConfig"),
+        ("attention_on_top[widht=3]", "PALsConfig"),
         ("shared[x=1]", "takes no settings"),
         ("pals[hidden_size_aug=", "key=value"),
     ],

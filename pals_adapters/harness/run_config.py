@@ -24,7 +24,7 @@ from .checks import (
 )
 from .data.sampling import STRATEGIES
 from .methods.method import Method
-from .methods.registry import METHODS, OLD_NAMES, get_method
+from .methods.registry import METHODS, OLD_NAMES, current_name, get_method
 from .serving.add_tasks import SharedBase
 from .tasks.spec import TaskSpec
 
@@ -182,6 +182,7 @@ class RunConfig:
         self._default_standardise_targets()
         check_values(self)
         method = method or get_method(self.method)
+        self.method = current_name(self.method)  # a renamed method is recorded (run folder, results) by its new name
         check_choices(self, method)
         specs = resolve_tasks(self)
         check_added_tasks(self, specs, shared, method)

@@ -5,12 +5,13 @@ attention layer), ``layer`` the glue between a transformer layer and the PAL mod
 ``integration`` the registration with `adapters` (every patch listed with its reason).
 """
 
-from .config import PALS_PRESETS, PALsConfig
+from .config import PALS_PRESETS, RENAMED_PRESETS, PALsConfig
 from .integration import SUPPORTED_MODEL_TYPES, attach_pal_layers, is_pal_adapter, pal_config_of, register
 from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
 
 __all__ = [
     "PALS_PRESETS",
+    "RENAMED_PRESETS",
     "PALsConfig",
     "ProjectedAttentionLayer",
     "ProjectedSelfAttention",

@@ -1,10 +1,11 @@
 """`PALsConfig`: Projected Attention Layers as an `adapters` config type, and the paper's presets."""
 
+import re
 from dataclasses import dataclass, field
 
 from adapters import AdapterConfig
 
-from ..errors import ConfigError
+from ..errors import ConfigError, warn_renamed
 
 # Widths in the paper are given for BERT-base; other widths scale in proportion.
 REFERENCE_HIDDEN_SIZE = 768
@@ -118,6 +119,24 @@ PALS_PRESETS = {
     "pals": PALsConfig(),
     "pals_no_share": PALsConfig(reference_hidden_size_aug=84, shared_projections=False),
     "low_rank": PALsConfig(reference_hidden_size_aug=100, shared_projections=False, inner="identity"),
-    "pals_top": PALsConfig(reference_hidden_size_aug=276, layers="top"),
-    "pals_bottom": PALsConfig(reference_hidden_size_aug=276, layers="bottom"),
+    "pals_top_layers": PALsConfig(reference_hidden_size_aug=276, layers="top"),
+    "pals_bottom_layers": PALsConfig(reference_hidden_size_aug=276, layers="bottom"),
 }
+
+# Old spelling -> preset (until 0.3): `add_adapter(config="pals_top")` still works, with a `RenamedWarning`.
+RENAMED_PRESETS = {"pals_top": "pals_top_layers", "pals_bottom": "pals_bottom_layers"}
+
+_CONFIG_NAME = re.compile(r"^\s*(\w+)")
+
+
+def current_config_string(config: str) -> str:
+    """An `adapters` config string (``"pals_top"``, ``"pals_top[hidden_size_aug=64]|lora"``) with each old
+    preset name replaced by its new one, with a `RenamedWarning` each; any other string unchanged."""
+    chunks = config.split("|")  # adapters' own union syntax
+    for i, chunk in enumerate(chunks):
+        match = _CONFIG_NAME.match(chunk)
+        if match and match.group(1) in RENAMED_PRESETS:
+            new = RENAMED_PRESETS[match.group(1)]
+            warn_renamed("PAL preset", match.group(1), new)
+            chunks[i] = chunk[: match.start(1)] + new + chunk[match.end(1) :]
+    return "|".join(chunks)

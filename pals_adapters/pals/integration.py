@@ -7,6 +7,8 @@ The complete list, with the reason for each:
 
 1. ``ADAPTER_CONFIG_MAP`` and ``AdapterConfig._get_config_class`` learn ``"pals"`` and its presets:
    config strings, dicts and saved ``adapter_config.json`` files resolve to `PALsConfig`.
+   ``AdapterConfig.load`` reads the presets' old names (``pals_top``, ``pals_bottom``, also in
+   ``name[key=value]`` and ``a|b`` strings) as their new ones, with a `RenamedWarning` (until 0.3).
 2. ``ModelAdaptersMixin.supports_adapter`` answers False for a PAL config on a model PALs do not fit
    (the library would answer True for any unknown method), and ``add_adapter`` raises
    `UnsupportedModelError` saying why, before anything is built.
@@ -45,7 +47,7 @@ from torch import nn
 from ..architectures import ARCHITECTURES, site_for, supports_pals
 from ..errors import UnsupportedOperationError
 from ..patching import FILE_METHODS, bind_arguments, file_policy, follow_safe_file_policy, strict_load, wrap
-from .config import PALS_PRESETS, PALsConfig
+from .config import PALS_PRESETS, RENAMED_PRESETS, PALsConfig, current_config_string
 from .layer import AVERAGE_WEIGHTS, PALsLayer
 from .modeling import init_projections, seeded_generator
 
@@ -58,13 +60,15 @@ PATCH_MARKER = "_pals_adapters_patched"
 
 def register() -> None:
     """Makes ``config="pals"`` (and the presets) work in `adapters`. Safe to call any number of times."""
-    for name, config in PALS_PRESETS.items():
+    old_names = {old: PALS_PRESETS[new] for old, new in RENAMED_PRESETS.items()}  # looked up directly
+    for name, config in {**PALS_PRESETS, **old_names}.items():
         existing = ADAPTER_CONFIG_MAP.get(name)
         if existing is not None and not isinstance(existing, PALsConfig):
             raise RuntimeError(f"adapters already defines a config named '{name}'; cannot register the PAL preset")
         ADAPTER_CONFIG_MAP[name] = config
     follow_safe_file_policy("pals", PALsConfig, "PAL")
     _wrap(AdapterConfig, "_get_config_class", _resolve_config_class, static=True)
+    _wrap(AdapterConfig, "load", _read_old_preset_names)
     _wrap(ModelAdaptersMixin, "supports_adapter", _supports_adapter)
     _wrap(ModelAdaptersMixin, "add_adapter", _check_before_adding)
     _wrap(ModelAdaptersMixin, "_add_adapter_weights", _add_adapter_weights)
@@ -92,6 +96,12 @@ def _resolve_config_class(original, config_dict):
     return original(config_dict)
 
 
+def _read_old_preset_names(original, cls, config, *args, **kwargs):
+    if isinstance(config, str) and not os.path.isfile(config):
+        config = current_config_string(config)
+    return original(cls, config, *args, **kwargs)
+
+
 def pal_config_of(config) -> PALsConfig | None:
     """The `PALsConfig` in ``config`` (a config, a union, a name or a dict), or None."""
     if isinstance(config, str) and config == "pals":  # the method name, as supports_adapter takes it
@@ -112,7 +122,7 @@ def pal_config_of(config) -> PALsConfig | None:
 def _supports_adapter(original, model, type_or_config):
     # A method type string ("pals"), a preset name, or a config (or union) holding a PALsConfig.
     if isinstance(type_or_config, str):
-        is_pal = type_or_config in PALS_PRESETS
+        is_pal = type_or_config in PALS_PRESETS or type_or_config in RENAMED_PRESETS
     else:
         is_pal = isinstance(type_or_config, AdapterConfig) and pal_config_of(type_or_config) is not None
     if is_pal and not supports_pals(model):

@@ -1,6 +1,7 @@
 """The benchmark scripts import without doing anything, run end to end and write their results
 (no timing is asserted)."""
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -78,13 +79,13 @@ def test_param_budget_writes_table_and_passes_its_check(tmp_path):
         "pals",
         "pals_no_share",
         "low_rank",
-        "pals_top",
-        "pals_bottom",
+        "pals_top_layers",
+        "pals_bottom_layers",
         "houlsby",
         "lora",
         "peft_lora",
-        "top_layer",
-        "top_pals",
+        "layer_on_top",
+        "attention_on_top",
     }
     matched_lora = f"lora[r={data['models']['bert-base']['lora_rank_matched_to_pals']}]"
     assert rows.keys() == expected | {matched_lora}
@@ -121,7 +122,7 @@ def test_speed_memory_quick_on_a_tiny_model(tmp_path):
         assert {"seconds", "tokens_per_second", "ratio_to_base", "peak_extra_mb"} <= entry.keys()
         assert len(entry["times"]) == 2
     assert rows["pals"]["train_frozen"]["trainable_params"] < rows["pals"]["train_full"]["trainable_params"]
-    for preset in ("pals", "pals_top"):  # the default --parallel-configs
+    for preset in ("pals", "pals_top_layers"):  # the default --parallel-configs
         multi = data["multitask"][preset]
         assert multi["max_abs_difference"] < 1e-4
         assert {"parallel", "separate", "parallel_over_separate"} <= multi.keys()
@@ -238,3 +239,33 @@ def test_frozen_learning_reports_the_cached_runs_of_its_own_settings_and_the_tar
     assert "| Houlsby | label mean | not run yet | not run yet |" in table
     assert "PASS: PALs STS-B Pearson 85.0 (target >= 80)" in table
     assert json.loads((out / "frozen_learning.json").read_text())["parts"]["stsb"]["rows"][0]["row"] == "PALs"
+
+
+def test_quality_reuses_a_run_cached_before_its_method_was_renamed(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    quality = import_script("quality.py")
+    row = next(r for r in quality.ROWS_MEDIUM if r[2] == "attention_on_top")
+    [(_, run_id, config)] = quality.planned_runs(quality.PROFILES["medium"], *row[:1], *row[2:], "glue")
+    assert run_id.startswith("attention_on_top-")
+    folder = tmp_path / "runs" / run_id.replace("attention_on_top", "top_pals", 1)  # as cached before the rename
+    folder.mkdir(parents=True)
+    cached = {"config": {**dataclasses.asdict(config), "method": "top_pals"}, "metrics": {"average": 0.5}}
+    (folder / "results.json").write_text(json.dumps(cached))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading an old cache is silent
+        assert quality.run_cached(tmp_path, run_id, config, train=False) == cached
+    assert config.output_dir == str(folder)  # an unfinished run would resume in that folder
+    other = dataclasses.replace(config, seed=9)  # any other setting is still a miss
+    assert quality.run_cached(tmp_path, run_id, other, train=False) is None
+
+
+def test_speed_memory_takes_old_method_names_with_a_warning(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    speed_memory = import_script("speed_memory.py")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = speed_memory.parse_args(["--methods", "pals,pals_top_layers", "--parallel-configs", "pals_top_layers"])
+    with pytest.warns(DeprecationWarning, match="pals_top_layers"):
+        old = speed_memory.parse_args(["--methods", "pals,pals_top", "--parallel-configs", "pals_top"])
+    assert (old.methods, old.parallel_configs) == (new.methods, new.parallel_configs)
+    assert new.methods == ["pals", "pals_top_layers"] and new.parallel_configs == ["pals_top_layers"]

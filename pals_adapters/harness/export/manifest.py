@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 
 from ...errors import IntegrityError
-from ..methods.method import BASE_MODES
+from ..methods.method import BASE_MODES, current_name
 from ..methods.model import POOLINGS
 from ..methods.weights import json_default
 
@@ -202,7 +202,8 @@ def read_task_manifest(folder: Path) -> TaskManifest:
         bad("method", "must hold 'name' and 'overrides'")
     if not isinstance(getattr(torch, data["base_dtype"], None), torch.dtype):
         bad("base_dtype", f"{data['base_dtype']!r} is not a torch dtype")
-    record = MethodRecord(method["name"], method.get("kind", ""), dict(method.get("overrides") or {}))
+    # an export written before a method was renamed (top_pals) reads as the method's current name
+    record = MethodRecord(current_name(method["name"]), method.get("kind", ""), dict(method.get("overrides") or {}))
     evaluation = data.get("evaluation")
     evaluation = EvaluationRecord(**_known_fields(EvaluationRecord, evaluation)) if evaluation else None
     return TaskManifest(**{**_known_fields(TaskManifest, data), "method": record, "evaluation": evaluation})

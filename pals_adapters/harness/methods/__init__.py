@@ -10,13 +10,14 @@ and one `register_method` entry.
 from . import adapter_configs, ca_mtl, heads, peft_lora, top_layers  # noqa: F401  (each registers itself)
 from .backend import MethodBackend, get_backend, register_backend
 from .method import BASE_MODES, Method
-from .registry import METHODS, OLD_NAMES, get_method, register_method
+from .registry import METHODS, OLD_NAMES, current_name, get_method, register_method
 
 __all__ = [
     "BASE_MODES",
     "METHODS",
     "OLD_NAMES",
     "Method",
+    "current_name",
     "MethodBackend",
     "get_backend",
     "get_method",

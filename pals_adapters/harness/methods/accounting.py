@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig
 from ...accounting import ParameterCount, count_parameters
 from ...errors import ConfigError, UnknownNameError
 from ..tasks.spec import TaskSpec
-from .model import MultiTaskModel, pretrained_pooler
+from .model import MultiTaskModel, pretrained_pooler, resolve_model
 from .registry import METHODS, OLD_NAMES, get_method
 
 # A stand-in task for building the model: only its number of labels matters for the count.
@@ -44,10 +44,10 @@ def count_method_parameters(
     method, model_config: str | PretrainedConfig, n_tasks: int = 8, num_labels: int = 2
 ) -> ParameterCount:
     """Like `pals_adapters.count_parameters`, for harness method names (``"peft_lora[r=16]"``,
-    ``"top_pals"`` ...) too: the task parameters are those the method's backend declares."""
+    ``"attention_on_top"`` ...) too: the task parameters are those the method's backend declares."""
     name = method.split("[")[0].strip() if isinstance(method, str) else None
     if isinstance(model_config, str):
-        model_config = AutoConfig.from_pretrained(model_config)
+        model_config = AutoConfig.from_pretrained(resolve_model(model_config))
     if name in ("full", "shared") or (name not in METHODS and name not in OLD_NAMES):
         try:
             count = _count_adapter_config(method, model_config, n_tasks, num_labels)

@@ -6,8 +6,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, UnknownNameError
+from ...pals.config import RENAMED_PRESETS
 
 BASE_MODES = ("frozen", "finetune")
+
+# Old spelling -> method name; accepted where users type a method (with a warning, until 0.3) and read
+# silently from what older runs wrote (export manifests, run folders, benchmark caches).
+OLD_NAMES = {
+    # release 0.1 (and its benchmarks)
+    "peft-lora": "peft_lora",
+    "top-pals": "attention_on_top",
+    "top-layer": "layer_on_top",
+    "top_proj_attn": "attention_on_top",
+    "top_bert_layer": "layer_on_top",
+    "ca-mtl": "ca_mtl",  # the spelling of the CA-MTL paper
+    # release 0.2: `top_pals` read like the preset `pals_top`
+    "top_pals": "attention_on_top",
+    "top_layer": "layer_on_top",
+    **RENAMED_PRESETS,  # the PAL presets are methods too
+}
+
+
+def current_name(spec: str) -> str:
+    """A method name or spec (``"top_pals[...]"``) as written before a rename -> in its current spelling,
+    silently: for names read back from files that older runs wrote. Anything else comes back unchanged."""
+    if not isinstance(spec, str):
+        return spec
+    name, bracket, rest = spec.partition("[")
+    new = OLD_NAMES.get(name.strip())
+    return spec if new is None else new + bracket + rest
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-import warnings
 
-from ...errors import ConfigError, UnknownNameError
+from ...errors import ConfigError, UnknownNameError, warn_renamed
 from ...pals import PALS_PRESETS
 from .backend import get_backend
-from .method import BASE_MODES, Method, check_base_mode  # noqa: F401  (public here too)
+from .method import BASE_MODES, OLD_NAMES, Method, check_base_mode, current_name  # noqa: F401  (public here too)
 
 METHODS: dict[str, Method] = {
     **{name: Method(name, "adapters", adapter_config=name) for name in PALS_PRESETS},
@@ -25,8 +24,9 @@ METHODS: dict[str, Method] = {
     "peft_lora": Method("peft_lora", "peft"),
     "full": Method("full", "heads", allows_frozen_base=False),
     "shared": Method("shared", "heads"),
-    "top_pals": Method("top_pals", "top", top="pals"),
-    "top_layer": Method("top_layer", "top", top="bert_layer"),
+    # the paper's "projected attention on top" and "BERT layer on top" of the encoder (Table 3)
+    "attention_on_top": Method("attention_on_top", "top", top="pals"),
+    "layer_on_top": Method("layer_on_top", "top", top="bert_layer"),
     # CA-MTL (Pilault et al., 2021) trains with MT-Uncertainty sampling, as in the paper
     "ca_mtl": Method("ca_mtl", "ca_mtl", adapter_config="ca_mtl", default_sampler="mt_uncertainty"),
 }
@@ -43,26 +43,15 @@ def register_method(method: Method) -> Method:
     return method
 
 
-# Spellings of release 0.1 (and of its benchmarks); accepted with a warning for one release.
-OLD_NAMES = {
-    "peft-lora": "peft_lora",
-    "top-pals": "top_pals",
-    "top-layer": "top_layer",
-    "top_proj_attn": "top_pals",
-    "top_bert_layer": "top_layer",
-    "ca-mtl": "ca_mtl",  # the spelling of the CA-MTL paper
-}
-
 _NAME_WITH_SETTINGS = re.compile(r"^\s*(?P<name>[\w\-]+)\s*(\[(?P<kvs>.*)\])?\s*$")
 
 
 def canonical_name(name: str) -> str:
-    """The current spelling of a method name; old spellings warn once per call site."""
+    """The current spelling of a method name a user typed; an old spelling (`OLD_NAMES`) warns with a
+    `pals_adapters.errors.RenamedWarning` (use `current_name` for names read back from files)."""
     if name in OLD_NAMES:
         new = OLD_NAMES[name]
-        warnings.warn(
-            f"method name {name!r} is deprecated and will be removed in 0.3; write {new!r}", FutureWarning, stacklevel=3
-        )
+        warn_renamed("method", name, new)
         return new
     return name
 

@@ -14,7 +14,7 @@ from ..checks import resolve_tasks
 from ..export import export_run, fingerprint_model
 from ..export.added_tasks import export_added_tasks
 from ..methods.model import build_model, resolve_model
-from ..methods.registry import get_method
+from ..methods.registry import current_name, get_method
 from ..run_config import RunConfig
 from ..serving.add_tasks import SharedBase, check_new_tasks, export_tokenizer, shared_base_of
 from ..tasks.spec import spec_from_json
@@ -31,7 +31,8 @@ def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict]:
     try:
         data = json.loads(config_path.read_text(encoding="utf-8"))
         known = {f.name for f in fields(RunConfig)}
-        config = RunConfig(**{k: v for k, v in data.items() if k in known})
+        # a run of a renamed method (top_pals) reads as the method's current name, silently
+        config = RunConfig(**{k: current_name(v) if k == "method" else v for k, v in data.items() if k in known})
     except (OSError, ValueError, TypeError) as err:
         raise ConfigError(f"{config_path}: not a record of run settings ({err})") from err
     tasks_path = run_dir / RUN_TASKS

@@ -21,6 +21,7 @@ from filelock import FileLock, Timeout
 from ...errors import ConfigError
 from ..checks import resolve_task_names
 from ..export.staging import check_replaceable
+from ..methods.method import current_name
 from ..run_config import RunConfig
 from ..tasks.spec import TaskSpec, spec_to_json
 from ..tasks.user_tasks import comparable_spec
@@ -58,8 +59,9 @@ def run_lock(output_dir: str | Path) -> Iterator[None]:
 
 def _comparable(settings: dict) -> dict:
     """The settings as the run used them: task names resolved (SST-2 is sst2), defaults for fields an
-    older record lacks."""
+    older record lacks, a method by its current name (a run of ``top_pals`` resumes as ``attention_on_top``)."""
     values = {f.name: settings.get(f.name, _default(f)) for f in fields(RunConfig)}
+    values["method"] = current_name(values["method"])
     with contextlib.suppress(Exception):  # a task file that is gone: compare the names as written
         values["tasks"] = list(resolve_task_names(values["tasks"], values["task_file"]))
     return values

@@ -1,7 +1,9 @@
 """PALs as an `adapters` config type: the forward, composition, training modes, save/load, errors."""
 
+import copy
 import json
 import math
+import warnings
 
 import adapters
 import pytest
@@ -16,7 +18,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel, G
 import pals_adapters
 from pals_adapters import AdapterLoadError, ConfigError, PALsConfig, UnsupportedModelError
 
-PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top", "pals_bottom"]
+PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top_layers", "pals_bottom_layers"]
 
 
 def wrapped(model):
@@ -138,8 +140,8 @@ def test_config_from_string_instance_dict_and_file(tmp_path):
         ("pals", 204, 102, True, "attention", list(range(12))),
         ("pals_no_share", 84, 42, False, "attention", list(range(12))),
         ("low_rank", 100, 50, False, "identity", list(range(12))),
-        ("pals_top", 276, 138, True, "attention", list(range(6, 12))),
-        ("pals_bottom", 276, 138, True, "attention", list(range(6))),
+        ("pals_top_layers", 276, 138, True, "attention", list(range(6, 12))),
+        ("pals_bottom_layers", 276, 138, True, "attention", list(range(6))),
     ],
 )
 def test_presets_follow_the_paper_and_scale_with_width(preset, d768, d384, shared, inner, layers12):
@@ -148,6 +150,46 @@ def test_presets_follow_the_paper_and_scale_with_width(preset, d768, d384, share
     assert config.projected_size(384) == d384
     assert (config.shared_projections, config.inner) == (shared, inner)
     assert config.layer_indices(12) == layers12
+
+
+@pytest.mark.parametrize("old, new", [("pals_top", "pals_top_layers"), ("pals_bottom", "pals_bottom_layers")])
+def test_old_preset_names_warn_and_give_exactly_the_new_presets(old, new):
+    assert pals_adapters.RENAMED_PRESETS[old] == new
+    for spelling, expected in [
+        (old, pals_adapters.PALS_PRESETS[new]),
+        (
+            f"{old}[hidden_size_aug=24, leave_out=[11]]",
+            pals_adapters.PALS_PRESETS[new].replace(hidden_size_aug=24, leave_out=[11]),
+        ),
+    ]:
+        with pytest.warns(DeprecationWarning, match=f"{old!r} is deprecated.*write {new!r}"):
+            config = adapters.AdapterConfig.load(spelling)
+        assert config == expected
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the new name is silent
+            assert adapters.AdapterConfig.load(spelling.replace(old, new)) == config
+    with pytest.warns(DeprecationWarning, match=new):  # in a union too
+        union = adapters.AdapterConfig.load(f"{old}|lora")
+    assert union.configs[0] == pals_adapters.PALS_PRESETS[new]
+
+    # what a user types: add_adapter(config=old) builds the same adapter as the new name, weight for weight
+    torch.manual_seed(0)
+    new_model = bert()
+    old_model = copy.deepcopy(new_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.manual_seed(1)  # the same initial weights
+        new_model.add_adapter("t", config=new, set_active=True)
+    with pytest.warns(DeprecationWarning, match=new):
+        torch.manual_seed(1)
+        old_model.add_adapter("t", config=old, set_active=True)
+    assert old_model.adapters_config.get("t") == new_model.adapters_config.get("t")
+    new_state, old_state = new_model.state_dict(), old_model.state_dict()
+    assert new_state.keys() == old_state.keys() and any(".adapters.t." in k for k in new_state)
+    assert all(torch.equal(new_state[k], old_state[k]) for k in new_state)
+    ids, mask = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(old_model(ids, attention_mask=mask)[0], new_model(ids, attention_mask=mask)[0])
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -313,7 +355,7 @@ def outputs_per_adapter(model, names, ids, mask):
 def test_parallel_and_batch_split_equal_separate_runs(attn, padded):
     model = bert(attn)
     names = ["a", "b", "c"]
-    for name, preset in zip(names, ["pals", "pals_top", "low_rank"]):
+    for name, preset in zip(names, ["pals", "pals_top_layers", "low_rank"]):
         model.add_adapter(name, config=preset)
     ids, mask = batch(padded, size=6)
     with torch.no_grad():
@@ -439,7 +481,7 @@ def encoder_output(model, ids, mask):
 
 
 @pytest.mark.parametrize("kind", list(MODEL_FACTORIES))
-@pytest.mark.parametrize("preset", ["pals", "pals_no_share", "low_rank", "pals_top"])
+@pytest.mark.parametrize("preset", ["pals", "pals_no_share", "low_rank", "pals_top_layers"])
 def test_save_load_round_trip(tmp_path, kind, preset):
     factory, cfg = MODEL_FACTORIES[kind], tiny_bert_config()
     model = factory(cfg)

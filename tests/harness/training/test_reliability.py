@@ -829,7 +829,7 @@ def test_what_users_write_gives_the_right_result(case, tmp_path, tiny_model_dir,
 
 # --- 5. threads ------------------------------------------------------------------------------------
 
-THREAD_PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top"]
+THREAD_PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top_layers"]
 
 
 def run_in_threads(work, names):

@@ -8,14 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from pathlib import Path
 
 import pytest
-from helpers import REPO
-from reliability_cases import TINY, run_folder_with_checkpoint, user_tasks
+from helpers import REPO, fake_checkpoint
+from reliability_cases import TINY, run_folder_with_checkpoint, user_run, user_tasks
 
 from pals_adapters.errors import ConfigError
 from pals_adapters.harness.cli import main
-from pals_adapters.harness.training.run_folder import LOCK_FILE, prepare_run_folder, run_lock
+from pals_adapters.harness.training.export_checkpoint import _recorded_run
+from pals_adapters.harness.training.run_folder import LOCK_FILE, prepare_run_folder, run_lock, write_record
 
 ENV = {
     **os.environ,
@@ -124,3 +127,30 @@ def test_resume_checks_never_overwrite_the_record(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError, match=r"lr: run 2e-05, now 0.001; seed: run 42, now 1"):
         prepare_run_folder(other, other.validate())
     assert (tmp_path / "run" / "run_config.json").read_bytes() == record
+
+
+@pytest.mark.parametrize("old, new", [("top_pals", "attention_on_top"), ("pals_top", "pals_top_layers")])
+def test_a_run_folder_recorded_with_an_old_method_name_still_resumes(tmp_path, tiny_model_dir, old, new):
+    TINY["model"] = tiny_model_dir
+    config = user_run(tmp_path, method=new)
+    folder = Path(config.output_dir)
+    write_record(folder, config, config.validate())
+    recorded = json.loads((folder / "run_config.json").read_text())
+    assert recorded["method"] == new  # what a run records now
+    recorded["method"] = old  # ... and what it recorded before the rename
+    (folder / "run_config.json").write_text(json.dumps(recorded))
+    fake_checkpoint(folder / "checkpoint-4")
+    record = (folder / "run_config.json").read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading the old record is silent
+        resumed = dataclasses.replace(config, resume="last")
+        assert prepare_run_folder(resumed, resumed.validate()).endswith("checkpoint-4")
+        assert _recorded_run(folder)[0].method == new  # `pals-bench export` of the run
+    with pytest.warns(DeprecationWarning, match=new):  # typed with the old name: the same run, with a warning
+        typed_old = dataclasses.replace(config, resume="last", method=old)
+        specs = typed_old.validate()
+    assert prepare_run_folder(typed_old, specs).endswith("checkpoint-4")
+    other = dataclasses.replace(config, resume="last", method="houlsby")
+    with pytest.raises(ConfigError, match=f"method: run {new!r}, now 'houlsby'"):
+        prepare_run_folder(other, other.validate())
+    assert (folder / "run_config.json").read_bytes() == record
