@@ -28,6 +28,7 @@ interrupted midway starts again). One run at a time, one torch thread by default
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -62,39 +63,62 @@ COMMON = dict(
     logging_steps=50,
     export=False,
 )
-# part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?)
+# part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?,
+# V_E/V_D learning rate divided by the layers sharing them? None: the method has no such weights, run as cached)
 PARTS = {
     "stsb": (
         ["stsb"],
         dict(max_steps=300, steps_per_epoch=300),
         [
-            ("pals", "PALs", "pals", True),
-            ("houlsby", "Houlsby", "houlsby", True),
-            ("heads", "heads only", "shared", True),
-            ("pals-head0", "PALs, head at 0", "pals", False),
-            ("houlsby-head0", "Houlsby, head at 0", "houlsby", False),
-            ("heads-head0", "heads only, head at 0", "shared", False),
+            ("pals", "PALs", "pals", True, True),
+            ("pals-onelr", "PALs, one learning rate", "pals", True, False),
+            ("houlsby", "Houlsby", "houlsby", True, None),
+            ("heads", "heads only", "shared", True, None),
+            ("pals-head0", "PALs, head at 0, one learning rate", "pals", False, False),
+            ("houlsby-head0", "Houlsby, head at 0", "houlsby", False, None),
+            ("heads-head0", "heads only, head at 0", "shared", False, None),
         ],
     ),
     "multi": (
         FIVE_TASKS,
         dict(max_steps=1000, steps_per_epoch=100, sampler="annealed"),
         [
-            ("pals", "PALs", "pals", True),
-            ("houlsby", "Houlsby", "houlsby", True),
-            ("pals-head0", "PALs, head at 0", "pals", False),
+            ("pals", "PALs", "pals", True, True),
+            ("pals-onelr", "PALs, one learning rate", "pals", True, False),
+            ("houlsby", "Houlsby", "houlsby", True, None),
+            ("pals-head0", "PALs, head at 0, one learning rate", "pals", False, False),
         ],
     ),
     "cola": (
         ["cola"],
         dict(max_steps=1500, steps_per_epoch=1500, max_train_examples=None),
         [
-            ("pals", "PALs", "pals", True),
-            ("houlsby", "Houlsby", "houlsby", True),
-            ("pals-identity", "PALs, no GELU after V_D (the paper's equation)", "pals[activation='identity']", True),
+            ("pals", "PALs", "pals", True, True),
+            ("pals-onelr", "PALs, one learning rate", "pals", True, False),
+            ("houlsby", "Houlsby", "houlsby", True, None),
+            ("pals-noshare", "PALs, V_E/V_D of each layer's own (pals_no_share)", "pals_no_share", True, None),
+            (
+                "pals-identity",
+                "PALs, no GELU after V_D (the paper's equation), one learning rate",
+                "pals[activation='identity']",
+                True,
+                False,
+            ),
+        ],
+    ),
+    # CoLA added with --add-to (the base always frozen) to a three-task PALs export trained with the base
+    # fine-tuned (ADDTO_BASE); each row adds it to its own copy of that export
+    "addto": (
+        ["cola"],
+        dict(max_steps=1500, steps_per_epoch=1500, max_train_examples=None),
+        [
+            ("pals", "PALs, CoLA added to the export", "pals", True, True),
+            ("pals-onelr", "PALs, CoLA added to the export, one learning rate", "pals", True, False),
         ],
     ),
 }
+# The export CoLA is added to: PALs on SST-2, MRPC and RTE with the base fine-tuned (the harness default)
+ADDTO_BASE = dict(tasks=["sst2", "mrpc", "rte"], method="pals", base="finetune", lr=1e-4, max_steps=600, export=True)
 TARGET = 80.0  # PALs' STS-B Pearson with the base frozen
 
 
@@ -102,12 +126,40 @@ def run_id(part, key):
     return f"{part}-{key}"
 
 
-def run_config(part, method, at_mean, glue_dir):
+def run_config(part, method, at_mean, scaled, glue_dir, add_to=None):
     tasks, settings, _ = PARTS[part]
-    # stsb is the only regression task: for the others, the setting changes nothing
+    # stsb is the only regression task: for the others, at_mean changes nothing; scaled=None: a method
+    # without weights shared by layers, where the setting changes nothing (off, as its cached run)
     return RunConfig(
-        **{**COMMON, **settings}, tasks=tasks, method=method, standardise_targets=at_mean, glue_dir=glue_dir
+        **{**COMMON, **settings},
+        tasks=tasks,
+        method=method,
+        standardise_targets=at_mean,
+        scale_shared_lr=bool(scaled),
+        glue_dir=glue_dir,
+        add_to=add_to,
+        export=add_to is not None,  # an added task is exported into the export it was added to
     )
+
+
+def addto_export(cache: Path, key: str, glue_dir: str, train: bool = True) -> str | None:
+    """A fresh copy of the trained ADDTO_BASE export for the row ``key`` (None: not trained yet)."""
+    base = run_cached(cache, "addto-base", RunConfig(**{**COMMON, **ADDTO_BASE, "glue_dir": glue_dir}), train)
+    if base is None:
+        return None
+    copy = cache / f"addto-{key}-export"
+    if train and not (cache / run_id("addto", key) / "results.json").exists():
+        shutil.rmtree(copy, ignore_errors=True)  # a run interrupted midway starts again from the export
+        shutil.copytree(cache / "addto-base" / "export", copy)
+    return str(copy)
+
+
+def row_config(cache, part, key, method, at_mean, scaled, glue_dir, train=True):
+    """The run of one row (None: the export it adds to is not trained yet)."""
+    if part != "addto":
+        return run_config(part, method, at_mean, scaled, glue_dir)
+    export = addto_export(cache, key, glue_dir, train)
+    return None if export is None else run_config(part, method, at_mean, scaled, glue_dir, add_to=export)
 
 
 def run_cached(cache: Path, name: str, config: RunConfig, train: bool = True) -> dict | None:
@@ -149,23 +201,39 @@ def report(cache, glue_dir, parts):
     ]
     for part in parts:
         tasks, settings, rows = PARTS[part]
-        header = ["row", "regression head starts at", *tasks, *(["avg"] if len(tasks) > 1 else []), "wall s"]
+        header = [
+            "row",
+            "regression head starts at",
+            "V_E/V_D lr",
+            *tasks,
+            *(["avg"] if len(tasks) > 1 else []),
+            "wall s",
+        ]
         table, entries = [], []
-        for key, name, method, at_mean in rows:
-            config = run_config(part, method, at_mean, glue_dir)
-            results = run_cached(cache, run_id(part, key), config, train=False)
+        for key, name, method, at_mean, scaled in rows:
+            config = row_config(cache, part, key, method, at_mean, scaled, glue_dir, train=False)
+            results = None if config is None else run_cached(cache, run_id(part, key), config, train=False)
+            shared_lr = "-" if scaled is None else ("lr / layers" if scaled else "lr")
             if results is None:
-                table.append([name, head_start(tasks, at_mean), *["not run yet"] * (len(header) - 2)])
+                table.append([name, head_start(tasks, at_mean), shared_lr, *["not run yet"] * (len(header) - 3)])
                 continue
             cells = [score_cell(results, t) for t in tasks]
             average = [f"{100 * results['metrics']['average']:.1f}"] if len(tasks) > 1 else []
             wall = f"{results['wall_seconds']:.0f}"
-            table.append([name, head_start(tasks, at_mean), *cells, *average, wall])
-            entries.append({"row": name, "method": method, "head_at_label_mean": at_mean, **results["metrics"]})
+            table.append([name, head_start(tasks, at_mean), shared_lr, *cells, *average, wall])
+            entries.append(
+                {
+                    "row": name,
+                    "method": method,
+                    "head_at_label_mean": at_mean,
+                    "scale_shared_lr": scaled,
+                    **results["metrics"],
+                }
+            )
         steps = settings["max_steps"]
         text += ["", f"## {part}: {', '.join(tasks)}, {steps} steps", "", markdown_table(header, table)]
         data["parts"][part] = {"tasks": tasks, "settings": settings, "rows": entries}
-        pals = next((e for e in entries if e["method"] == "pals" and e["head_at_label_mean"]), None)
+        pals = next((e for e in entries if e["row"] == "PALs"), None)
         if part == "stsb" and pals is not None:
             pearson = 100 * pals["stsb_pearson"]
             line = verdict_line(pearson >= TARGET, f"PALs STS-B Pearson {pearson:.1f} (target >= {TARGET:.0f})")
@@ -184,7 +252,7 @@ def _record(seen, key, output):
 def _trace_run(glue_dir, at_mean, steps, every):
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup, set_seed
 
-    config = run_config("stsb", "pals", at_mean, glue_dir)
+    config = run_config("stsb", "pals", at_mean, False, glue_dir)
     specs = config.validate()
     set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
@@ -269,8 +337,9 @@ def main(argv=None):
         return
     if not args.report_only:
         for part in args.parts:
-            for key, _, method, at_mean in PARTS[part][2]:
-                run_cached(cache, run_id(part, key), run_config(part, method, at_mean, args.glue_dir))
+            for key, _, method, at_mean, scaled in PARTS[part][2]:
+                config = row_config(cache, part, key, method, at_mean, scaled, args.glue_dir)
+                run_cached(cache, run_id(part, key), config)
                 data, markdown = report(cache, args.glue_dir, args.parts)
                 write_results("frozen_learning", data, markdown, out_dir=args.out_dir)
     data, markdown = report(cache, args.glue_dir, args.parts)

@@ -48,6 +48,7 @@ PROFILES = {
         adapter_lr=1e-3,
         max_eval_examples=300,
         standardise_targets=False,  # as the committed runs: frozen rows too (frozen_learning.py: the new default)
+        scale_shared_lr=False,  # likewise
         seeds=[1, 2, 3],
     ),
     # Tasks learned (see benchmarks/results/references.md): separate models train 3 epochs per task (as the
@@ -67,6 +68,7 @@ PROFILES = {
         eval_steps=400,
         save_total_limit=1,
         standardise_targets=False,  # as the committed runs: frozen rows too (frozen_learning.py: the new default)
+        scale_shared_lr=False,  # likewise
         separate_epochs=3,
         seeds=[0, 1, 2],
     ),

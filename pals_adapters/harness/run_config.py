@@ -106,6 +106,14 @@ class RunConfig:
         "offset, which wipes out the frozen base's features (PALs: docs/pals.md)",
         "on with a frozen base (and add_to), off with a fine-tuned one (the paper)",
     )
+    scale_shared_lr: bool | None = _setting(
+        None,
+        "divide the learning rate of PALs' V_E/V_D, which all layers share, by the number of layers sharing them: "
+        "one step on them moves every layer's PAL output at once. With a frozen base, a full step lets the PALs "
+        "learn a near-constant offset in every layer that drowns the frozen features (CoLA stays at a constant "
+        "prediction: docs/pals.md); other methods are unaffected",
+        "on with a frozen base (and add_to), off with a fine-tuned one (the paper)",
+    )
     lr: float = _setting(2e-5, "peak learning rate of the shared encoder (AdamW, warm-up then linear decay)")
     adapter_lr: float | None = _setting(None, "learning rate of the task-specific parameters (default: lr)")
     warmup_ratio: float = _setting(0.1, "fraction of the steps with linear warm-up")
@@ -152,7 +160,7 @@ class RunConfig:
             self.method = DEFAULT_METHOD if self.method is None else self.method
             self.base = DEFAULT_BASE if self.base is None else self.base
         self._default_sampler()
-        self._default_standardise_targets()
+        self._default_frozen_base_settings()
 
     def _default_sampler(self) -> None:
         if (
@@ -162,9 +170,15 @@ class RunConfig:
             method = METHODS.get(OLD_NAMES.get(name, name))
             self.sampler = (method.default_sampler if method is not None else None) or "annealed"
 
-    def _default_standardise_targets(self) -> None:
-        if self.standardise_targets is None and self.base is not None:  # add_to: once the base is known
+    def _default_frozen_base_settings(self) -> None:
+        """The frozen-base defaults (regression targets, shared-projection learning rate), once the base is
+        known (with add_to: from the export)."""
+        if self.base is None:
+            return
+        if self.standardise_targets is None:
             self.standardise_targets = self.base == "frozen"
+        if self.scale_shared_lr is None:
+            self.scale_shared_lr = self.base == "frozen"
 
     def validate(self) -> dict[str, TaskSpec]:
         """Checks every setting (types, values, names, the model's limits) and returns the run's tasks
@@ -179,7 +193,7 @@ class RunConfig:
         None) and the method, parsed once."""
         _check_types(self)
         shared, method = take_from_export(self)
-        self._default_standardise_targets()
+        self._default_frozen_base_settings()
         check_values(self)
         method = method or get_method(self.method)
         self.method = current_name(self.method)  # a renamed method is recorded (run folder, results) by its new name

@@ -6,7 +6,14 @@ attention layer), ``layer`` the glue between a transformer layer and the PAL mod
 """
 
 from .config import PALS_PRESETS, RENAMED_PRESETS, PALsConfig
-from .integration import SUPPORTED_MODEL_TYPES, attach_pal_layers, is_pal_adapter, pal_config_of, register
+from .integration import (
+    SUPPORTED_MODEL_TYPES,
+    attach_pal_layers,
+    is_pal_adapter,
+    pal_config_of,
+    register,
+    shared_projections,
+)
 from .modeling import ProjectedAttentionLayer, ProjectedSelfAttention
 
 __all__ = [
@@ -20,4 +27,5 @@ __all__ = [
     "is_pal_adapter",
     "pal_config_of",
     "register",
+    "shared_projections",
 ]

@@ -49,7 +49,7 @@ from ..errors import UnsupportedOperationError
 from ..patching import FILE_METHODS, bind_arguments, file_policy, follow_safe_file_policy, strict_load, wrap
 from .config import PALS_PRESETS, RENAMED_PRESETS, PALsConfig, current_config_string
 from .layer import AVERAGE_WEIGHTS, PALsLayer
-from .modeling import init_projections, seeded_generator
+from .modeling import Projections, init_projections, seeded_generator
 
 # Model types whose layers PALs fit (see architectures.py).
 SUPPORTED_MODEL_TYPES = tuple(ARCHITECTURES)
@@ -186,6 +186,26 @@ def _set_shared(base, adapter_name: str, params: dict) -> None:
         existing.update(params)
     else:
         base.shared_parameters[adapter_name] = nn.ParameterDict(params)
+
+
+def shared_projections(model, adapter_name: str) -> tuple[list[nn.Parameter], int]:
+    """The ``V_E``/``V_D`` parameters that PAL adapter ``adapter_name`` shares across layers, and the number
+    of layers that use them; ``([], 0)`` when it has none (not a PAL adapter, or ``shared_projections=False``).
+    One step on these weights moves the output of every one of those layers at once."""
+    base = model.base_model
+    if model.adapters_config.match(adapter_name, PALsConfig) is None or adapter_name not in base.shared_parameters:
+        return [], 0
+    layers = sum(
+        1
+        for _, layer in base.iter_layers()
+        if isinstance(getattr(layer, "pals", None), PALsLayer)
+        and adapter_name in layer.pals.adapters
+        and layer.pals.adapters[adapter_name].projections is None
+    )
+    if not layers:
+        return [], 0
+    shared = base.shared_parameters[adapter_name]
+    return [shared[name] for name in Projections._fields if name in shared], layers
 
 
 def is_pal_adapter(model, adapter_name: str) -> bool:

@@ -225,8 +225,8 @@ def test_frozen_learning_reports_the_cached_runs_of_its_own_settings_and_the_tar
     from dataclasses import asdict
 
     cache, out = tmp_path / "cache", tmp_path / "out"
-    for method, pearson, lr in [("pals", 0.85, 1e-3), ("houlsby", 0.9, 5e-4)]:
-        config = module.run_config("stsb", method, True, "../shared/glue")
+    for method, pearson, lr, scaled in [("pals", 0.85, 1e-3, True), ("houlsby", 0.9, 5e-4, None)]:
+        config = module.run_config("stsb", method, True, scaled, "../shared/glue")
         config.lr = lr  # the Houlsby run was made with other settings: it must not count
         folder = cache / module.run_id("stsb", method)
         folder.mkdir(parents=True)
@@ -235,8 +235,8 @@ def test_frozen_learning_reports_the_cached_runs_of_its_own_settings_and_the_tar
         (folder / "results.json").write_text(json.dumps(results))
     module.main(["--report-only", "--parts", "stsb", "--cache", str(cache), "--out-dir", str(out)])
     table = (out / "frozen_learning.md").read_text()
-    assert "| PALs | label mean | 85.0 | 12 |" in table
-    assert "| Houlsby | label mean | not run yet | not run yet |" in table
+    assert "| PALs | label mean | lr / layers | 85.0 | 12 |" in table
+    assert "| Houlsby | label mean | - | not run yet | not run yet |" in table
     assert "PASS: PALs STS-B Pearson 85.0 (target >= 80)" in table
     assert json.loads((out / "frozen_learning.json").read_text())["parts"]["stsb"]["rows"][0]["row"] == "PALs"
 

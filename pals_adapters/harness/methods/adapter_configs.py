@@ -13,6 +13,7 @@ from adapters.composition import MultiTask
 from torch import nn
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError
+from ...pals import shared_projections
 from .backend import MethodBackend, register_backend
 from .weights import quiet, saved_config_differences
 
@@ -53,6 +54,13 @@ class AdapterConfigBackend(MethodBackend):
         # adapters' MultiTask block sends row i through the adapter of task_ids[i]
         with AdapterSetup(MultiTask(*model.tasks)):
             return model.encoder(**inputs, task_ids=task_ids).last_hidden_state
+
+    def reused_parameters(self, model) -> dict[int, int]:
+        reused = {}
+        for task in model.tasks:
+            params, layers = shared_projections(model.encoder, task)
+            reused.update({id(p): layers for p in params if layers > 1})
+        return reused
 
     def save_task(self, model, task, folder: Path, base_model_name) -> None:
         # adapters-native files: a plain `load_adapter(folder)` works on them

@@ -84,6 +84,11 @@ class MethodBackend:
         """The shared parameters that train when the base is fine-tuned (default: all of them)."""
         return list(model.shared_parameters())
 
+    def reused_parameters(self, model: MultiTaskModel) -> dict[int, int]:
+        """Task parameters that act in several layers at once (PALs' shared ``V_E``/``V_D``), by ``id``, with
+        the number of layers; `MultiTaskTrainer` can divide their learning rate by it (``scale_shared_lr``)."""
+        return {}
+
     def shared_state(self, model: MultiTaskModel) -> dict[str, torch.Tensor]:
         """Shared weights outside the base model's own (exported once with the base, part of its fingerprint)."""
         return {}

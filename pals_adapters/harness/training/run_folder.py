@@ -57,10 +57,15 @@ def run_lock(output_dir: str | Path) -> Iterator[None]:
         lock.release()
 
 
+# Settings whose default depends on the base, by what a run recorded before they existed did: such a run
+# resumes with the behaviour it trained with (an explicit --no-... then matches its record).
+BEFORE_THE_SETTING = {"standardise_targets": False, "scale_shared_lr": False}
+
+
 def _comparable(settings: dict) -> dict:
     """The settings as the run used them: task names resolved (SST-2 is sst2), defaults for fields an
     older record lacks, a method by its current name (a run of ``top_pals`` resumes as ``attention_on_top``)."""
-    values = {f.name: settings.get(f.name, _default(f)) for f in fields(RunConfig)}
+    values = {f.name: settings.get(f.name, BEFORE_THE_SETTING.get(f.name, _default(f))) for f in fields(RunConfig)}
     values["method"] = current_name(values["method"])
     with contextlib.suppress(Exception):  # a task file that is gone: compare the names as written
         values["tasks"] = list(resolve_task_names(values["tasks"], values["task_file"]))

@@ -146,6 +146,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         processing_class=tokenizer,
         eval_sets=dev,
         adapter_lr=config.adapter_lr,
+        scale_shared_lr=bool(config.scale_shared_lr),
         example_batch_size=config.batch_size,
         mixed_batches=config.batching == "mixed",
         sampling_epochs=(config.steps_per_epoch, config.max_steps) if config.sampler == "annealed" else None,

@@ -38,6 +38,7 @@ class MultiTaskTrainer(Trainer):
         *args,
         eval_sets: dict[str, dict[str, datasets.Dataset]] | None = None,
         adapter_lr: float | None = None,
+        scale_shared_lr: bool = False,
         example_batch_size: int = 32,
         mixed_batches: bool = False,
         sampling_epochs: tuple[int, int] | None = None,
@@ -49,6 +50,7 @@ class MultiTaskTrainer(Trainer):
         self.sampling_epochs = sampling_epochs
         self.class_reports: dict = {}  # per-class view of the classification tasks at the last evaluation
         self.adapter_lr = adapter_lr
+        self.scale_shared_lr = scale_shared_lr  # see RunConfig.scale_shared_lr
         # Trainer sees one item per step (a whole batch); this is the number of examples in it.
         self.example_batch_size = example_batch_size
         self.mixed_batches = mixed_batches  # MT-Uncertainty's top-b examples as one batch of several tasks
@@ -69,7 +71,13 @@ class MultiTaskTrainer(Trainer):
             task_params = [p for p in params if id(p) in task_ids]
             base_params = [p for p in params if id(p) not in task_ids]
             groups = [{"params": base_params}] if base_params else []
-            groups.append({"params": task_params, "lr": self.adapter_lr or self.args.learning_rate})
+            task_lr = self.adapter_lr or self.args.learning_rate
+            reused = model.backend.reused_parameters(model) if self.scale_shared_lr else {}
+            groups.append({"params": [p for p in task_params if id(p) not in reused], "lr": task_lr})
+            # weights shared by n layers: a step of lr/n moves the model about as far as a per-layer weight's step
+            for layers in sorted(set(reused.values())):
+                shared = [p for p in task_params if reused.get(id(p)) == layers]
+                groups.append({"params": shared, "lr": task_lr / layers})
             settings = dict(
                 lr=self.args.learning_rate,
                 betas=(self.args.adam_beta1, self.args.adam_beta2),
