@@ -1,7 +1,6 @@
 """Every exported task gets a hub model card whose code runs as written and loads the exported weights."""
 
 import dataclasses
-import json
 import os
 import re
 import shlex
@@ -24,6 +23,7 @@ from pals_adapters.harness.export.card import card_of, train_command
 from pals_adapters.harness.methods.model import MultiTaskModel
 from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.spec import TaskSpec, spec_to_json
 
 TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
 METRICS = {"rte": {"accuracy": 0.75, "score": 0.75}, "stsb": {"pearson": 0.5, "spearman": 0.25, "score": 0.375}}
@@ -212,7 +212,7 @@ def test_mnli_s_two_dev_splits_are_two_results(exported):
     manifest = dataclasses.replace(
         read_task_manifest(out / "rte"),
         task="mnli",
-        task_spec=json.loads(json.dumps(dataclasses.asdict(GLUE_TASKS["mnli"]))),
+        task_spec=spec_to_json(GLUE_TASKS["mnli"]),
         metrics={"matched_accuracy": 0.5, "mismatched_accuracy": 0.25, "score": 0.375},
         evaluation=None,
     )
@@ -324,3 +324,25 @@ def test_a_task_folder_is_what_a_publish_uploads(exported):
     text = (out / "rte" / "README.md").read_text(encoding="utf-8")
     assert text.startswith("---\n") and "upload_folder(folder_path=" in text
     assert "hf upload YOUR-NAME/rte-pals ." in text
+
+
+def test_a_task_of_one_s_own_is_its_own_dataset(exported):
+    _, out = exported("pals", "frozen")
+    reviews = TaskSpec(
+        name="reviews",
+        text_columns=("text",),
+        label_column="label",
+        is_regression=False,
+        labels=("neg", "pos"),
+        metrics=("accuracy", "f1"),
+        splits={"train": "train.csv", "validation": "dev.csv"},
+        file_format="csv",
+        data_dir="data/reviews",
+    )
+    manifest = dataclasses.replace(
+        read_task_manifest(out / "rte"), task="reviews", task_spec=spec_to_json(reviews), metrics={"f1": 0.5}
+    )
+    card = card_of(manifest)
+    assert card.data.datasets == ["reviews"]
+    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in card.data.eval_results] == [("reviews", "f1", 0.5)]
+    assert '{"task": "reviews", "text": "A first sentence."}' in card.text  # one text: no text_b
