@@ -11,6 +11,8 @@ never stops the task from loading.
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +26,8 @@ from ..tasks.spec import TaskSpec, spec_from_json
 from .card_code import base_source, harness_code, library_code
 from .files import ADAPTER_CONFIG, CARD
 from .manifest import MANIFEST, TaskManifest
+
+logger = logging.getLogger(__name__)
 
 # The hub's ids of the metrics the harness scores (https://huggingface.co/metrics).
 HUB_METRICS = {
@@ -48,8 +52,13 @@ FILE_ROLES = {
 
 def write_card(folder: Path, manifest: TaskManifest, run_config: Any = None) -> None:
     """Writes ``folder/README.md`` for the task of ``manifest`` (``run_config``: the run's `RunConfig` or its
-    settings as a mapping, for the training section; None where the export does not know them)."""
-    card_of(manifest, run_config).save(folder / CARD)
+    settings as a mapping, for the training section; None where the export does not know them). A card is
+    documentation: a failure to write one is logged and never fails the export of the task's weights."""
+    try:
+        card_of(manifest, run_config).save(folder / CARD)
+    except Exception as err:  # noqa: BLE001 - the weights' export is worth more than their card
+        (folder / CARD).unlink(missing_ok=True)
+        logger.warning("no model card for %s (%s: %s); the task is exported", folder.name, type(err).__name__, err)
 
 
 def card_of(manifest: TaskManifest, run_config: Any = None) -> ModelCard:
@@ -149,9 +158,14 @@ def train_command(run_config: Any) -> str | None:
 
 
 def _settings(run_config: Any) -> dict | None:
+    """The run's settings as plain YAML values (tuples as lists, anything else as its text)."""
     if dataclasses.is_dataclass(run_config):
-        return dataclasses.asdict(run_config)
-    return dict(run_config) if isinstance(run_config, Mapping) else None
+        settings = dataclasses.asdict(run_config)
+    elif isinstance(run_config, Mapping):
+        settings = dict(run_config)
+    else:
+        return None
+    return json.loads(json.dumps(settings, default=str))
 
 
 def _files(manifest: TaskManifest) -> list[str]:

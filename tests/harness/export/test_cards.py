@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, BertModel
 from pals_adapters.harness import RunConfig
 from pals_adapters.harness.cli import build_parser
 from pals_adapters.harness.cli.options import config_from_args
-from pals_adapters.harness.export import EvaluationRecord, export_run, load_task, read_task_manifest
+from pals_adapters.harness.export import EvaluationRecord, card, export_run, load_task, read_task_manifest
 from pals_adapters.harness.export.added_tasks import export_added_tasks
 from pals_adapters.harness.export.card import card_of, train_command
 from pals_adapters.harness.methods.model import MultiTaskModel
@@ -346,3 +346,21 @@ def test_a_task_of_one_s_own_is_its_own_dataset(exported):
     assert card.data.datasets == ["reviews"]
     assert [(r.dataset_type, r.metric_type, r.metric_value) for r in card.data.eval_results] == [("reviews", "f1", 0.5)]
     assert '{"task": "reviews", "text": "A first sentence."}' in card.text  # one text: no text_b
+
+
+def test_settings_of_any_shape_are_written_and_a_failed_card_never_fails_the_export(
+    exported, tiny_model_dir, tmp_path, monkeypatch, caplog
+):
+    model, _ = exported("pals", "frozen")
+    kwargs = dict(base_model_name=str(tiny_model_dir), max_length=MAX_LENGTH)
+    export_run(model, tmp_path / "a", run_config={"tasks": ("rte", "stsb"), "lr": 1e-3, "where": tmp_path}, **kwargs)
+    text = (tmp_path / "a" / "rte" / "README.md").read_text(encoding="utf-8")
+    assert "tasks:\n- rte\n- stsb\nlr: 0.001\n" in text and f"where: {tmp_path}" in text
+
+    def broken(*args, **kw):
+        raise ValueError("a bug in the card")
+
+    monkeypatch.setattr(card, "card_of", broken)
+    export_run(model, tmp_path / "b", **kwargs)
+    assert not (tmp_path / "b" / "rte" / "README.md").exists() and list(load_task(tmp_path / "b" / "rte").tasks)
+    assert "no model card for rte (ValueError: a bug in the card)" in caplog.text
