@@ -27,6 +27,7 @@ def export_added_task(
     tokenizer=None,
     evaluation: EvaluationRecord | None = None,
     replace: bool = False,
+    run_config=None,
 ) -> Path:
     """Writes a task trained later against an export's shared base into that export, next to its tasks,
     which are carried over unchanged (see `export_added_tasks`)."""
@@ -41,6 +42,7 @@ def export_added_task(
         tokenizer=tokenizer,
         evaluation=evaluation,
         replace=replace,
+        run_config=run_config,
     )[task]
 
 
@@ -56,11 +58,14 @@ def export_added_tasks(
     tokenizer=None,
     evaluation: EvaluationRecord | None = None,
     replace: bool = False,
+    run_config=None,
 ) -> dict[str, Path]:
     """Writes tasks trained later against an export's shared base into that export, in one step, next to its
     other tasks, which are carried over unchanged. The base is not written again: the model must hold the one
     there (same fingerprint as every task of the export), with the export's method. A task the export already
-    has is refused unless ``replace`` (then its folder is replaced, the others stay byte for byte)."""
+    has is refused unless ``replace`` (then its folder is replaced, the others stay byte for byte). Each task
+    written gets its model card (``run_config``: the run's settings, for its training section); the others'
+    cards stay as they are."""
     tasks = list(tasks)
     for task in tasks:
         _check_exportable(model, task)
@@ -92,5 +97,6 @@ def export_added_tasks(
                 max_length,
                 evaluation,
                 base_mode=base_mode,
+                run_config=run_config,
             )
     return {task: Path(out_dir) / task for task in tasks}

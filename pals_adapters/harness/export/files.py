@@ -16,6 +16,7 @@ from .manifest import MANIFEST, TaskManifest
 
 BASE_DIR = "base"
 ADAPTER_CONFIG = "adapter_config.json"  # same name in `adapters` and PEFT
+CARD = "README.md"  # a task's model card: documentation, not hashed (editing it never stops a load)
 # Extensions whose loading unpickles (arbitrary code execution on a malicious file).
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
@@ -31,7 +32,7 @@ def _sha256_file(path: Path) -> str:
 def hash_files(folder: Path) -> dict[str, str]:
     files = {}
     for path in sorted(folder.iterdir()):
-        if path.name == MANIFEST:
+        if path.name in (MANIFEST, CARD):
             continue
         if not path.is_file():
             raise ConfigError(f"unexpected non-file {path} in an export folder")

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from ...ca_mtl import CAMTLModules
+from ...ca_mtl import shared_state_dict as ca_mtl_shared_state
 from ...errors import ConfigError
 from ...errors import config_differences as differences
 from ..methods.model import MultiTaskModel
@@ -115,8 +117,13 @@ SHARED_PREFIX = "shared_modules."
 
 def shared_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Weights every task shares besides the base model's own (CA-MTL's conditional modules); {} for most
-    methods and for anything but a `MultiTaskModel`. Exported once with the base."""
-    return model.backend.shared_state(model) if isinstance(model, MultiTaskModel) else {}
+    methods. Exported once with the base. A plain model with CA-MTL adapters has them too (read back with
+    ``load_shared_modules``): its fingerprint is then the one its tasks' manifests record."""
+    if isinstance(model, MultiTaskModel):
+        return model.backend.shared_state(model)
+    if isinstance(getattr(backbone_of(model), "ca_mtl", None), CAMTLModules):
+        return ca_mtl_shared_state(backbone_of(model))
+    return {}
 
 
 def fingerprinted_state(model: nn.Module) -> dict[str, torch.Tensor]:

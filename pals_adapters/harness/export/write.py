@@ -6,7 +6,8 @@ Layout::
                          transformers model folder (safetensors), its tokenizer, manifest.json, and the
                          method's shared modules if it has any (shared_modules.safetensors: CA-MTL)
     <out_dir>/<task>/    the task's native files (as its method backend writes them),
-                         head.safetensors and manifest.json (written last)
+                         head.safetensors, README.md (its model card, see `card`) and
+                         manifest.json (written last)
 
 The whole ``<out_dir>`` is written beside the old one and swapped in at once (see `staging`), so a
 crash leaves the previous export or the new one, never a mix of the two.
@@ -26,6 +27,7 @@ from ..methods.model import MultiTaskModel
 from ..methods.weights import json_default, save_tensors
 from ..tasks.file_record import data_record
 from ..tasks.spec import check_task_name, spec_to_json
+from .card import write_card
 from .files import BASE_DIR, hash_files
 from .fingerprint import (
     backbone_of,
@@ -128,6 +130,7 @@ def _write_task(
     max_length,
     evaluation,
     base_mode: str | None = None,
+    run_config=None,
 ) -> None:
     # base_mode: how the base was made, if not by this model's own training (a task added to an export
     # trains against the export's fine-tuned base with that base frozen; it still needs that base)
@@ -156,6 +159,7 @@ def _write_task(
         producer=f"pals_adapters {__version__}",
         pooling=model.pooling,
     )
+    write_card(folder, manifest, run_config)
     write_manifest(folder, manifest)  # last: a folder without it never loads
 
 
@@ -179,16 +183,20 @@ def export_task(
     max_length: int | None = None,
     tokenizer=None,
     evaluation: EvaluationRecord | None = None,
+    run_config=None,
 ) -> Path:
-    """Writes ``<out_dir>/<task>/`` (native adapter files, head, manifest), keeping the other tasks. For a
-    fine-tuned base it also writes ``<out_dir>/base/`` unless the same base is already there."""
+    """Writes ``<out_dir>/<task>/`` (native adapter files, head, model card, manifest), keeping the other
+    tasks. For a fine-tuned base it also writes ``<out_dir>/base/`` unless the same base is already there.
+    ``run_config``: the run's `RunConfig` (or its settings), for the card's training section."""
     _check_exportable(model, task)
     base = _Base(model, tokenizer)
     with staged_export(out_dir, only=[task]) as staging:
         if model.base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base):
             shutil.rmtree(staging / BASE_DIR, ignore_errors=True)  # a carried-over copy: never written into
             _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
-        _write_task(model, task, staging / task, base, base_model_name, metrics, max_length, evaluation)
+        _write_task(
+            model, task, staging / task, base, base_model_name, metrics, max_length, evaluation, run_config=run_config
+        )
     return Path(out_dir) / task
 
 
@@ -247,11 +255,13 @@ def export_run(
     tokenizer=None,
     max_length: int | None = None,
     evaluation: EvaluationRecord | None = None,
+    run_config=None,
 ) -> dict[str, Path]:
     """The whole export of a run: `export_base` (fine-tuned runs only) and every task, replacing what
     ``out_dir`` held in one step. Tasks of ``out_dir`` that the model does not have (added later with
     ``add_to``) are kept when they can stay beside the new base (same method, base and tokenizer: a
-    re-export of the same checkpoint); otherwise nothing is written (ConfigError names them).
+    re-export of the same checkpoint); otherwise nothing is written (ConfigError names them). Every task
+    gets a model card; ``run_config``: the run's `RunConfig` (or its settings), for its training section.
     Returns ``{name: folder}``."""
     _check_exportable(model)
     out_dir = Path(out_dir)
@@ -264,7 +274,15 @@ def export_run(
             _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
         for task in model.tasks:
             _write_task(
-                model, task, staging / task, base, base_model_name, metrics_by_task.get(task), max_length, evaluation
+                model,
+                task,
+                staging / task,
+                base,
+                base_model_name,
+                metrics_by_task.get(task),
+                max_length,
+                evaluation,
+                run_config=run_config,
             )
     names = ([BASE_DIR] if model.base_mode == "finetune" else []) + list(model.tasks)
     return {name: out_dir / name for name in names}

@@ -1,0 +1,318 @@
+"""A task folder's model card (``README.md``), as the Hugging Face hub reads one: YAML front matter written
+by `huggingface_hub.ModelCardData` (library, tags, base model, datasets, the dev metrics as a model-index)
+and a short body: what the folder holds, how to load it (code that runs as written, in the folder), the
+base it needs and its fingerprint, how it was trained, and how to publish it.
+
+The card is written from the task's manifest and the run's settings alone, so the same task writes the
+same bytes. It is not among the manifest's hashed files: editing it (as one does before publishing)
+never stops the task from loading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from ..methods.model import BUNDLED_MODEL
+from ..tasks.spec import TaskSpec, spec_from_json
+from .card_code import base_source, harness_code, library_code
+from .files import ADAPTER_CONFIG, CARD
+from .manifest import MANIFEST, TaskManifest
+
+logger = logging.getLogger(__name__)
+
+# The hub's ids of the metrics the harness scores (https://huggingface.co/metrics).
+HUB_METRICS = {
+    "accuracy": "accuracy",
+    "f1": "f1",
+    "matthews": "matthews_correlation",
+    "pearson": "pearsonr",
+    "spearman": "spearmanr",
+}
+# The hub's library of each method backend whose task files a library loads (the others: none).
+LIBRARIES = {"adapters": "adapter-transformers", "ca_mtl": "adapter-transformers", "peft": "peft"}
+TASK_TYPE = "text-classification"  # the hub files GLUE's regression (STS-B) under it too
+SKIPPED_SETTINGS = ("resume",)  # how a run was restarted, not what it trained
+FILE_ROLES = {
+    ADAPTER_CONFIG: "the adapter's config, in its library's own format",
+    "adapter.safetensors": "the adapter's weights (`adapters` format)",
+    "adapter_model.safetensors": "the LoRA weights (PEFT format)",
+    "top.safetensors": "the task's layer on top of the encoder (pals_adapters format)",
+    "head.safetensors": "the task's prediction head (pals_adapters format)",
+}
+
+
+def write_card(folder: Path, manifest: TaskManifest, run_config: Any = None) -> None:
+    """Writes ``folder/README.md`` for the task of ``manifest`` (``run_config``: the run's `RunConfig` or its
+    settings as a mapping, for the training section; None where the export does not know them). A card is
+    documentation: a failure to write one is logged and never fails the export of the task's weights."""
+    try:
+        card_of(manifest, run_config).save(folder / CARD)
+    except Exception as err:  # noqa: BLE001 - the weights' export is worth more than their card
+        (folder / CARD).unlink(missing_ok=True)
+        logger.warning("no model card for %s (%s: %s); the task is exported", folder.name, type(err).__name__, err)
+
+
+def card_of(manifest: TaskManifest, run_config: Any = None) -> ModelCard:
+    spec = spec_from_json(manifest.task_spec)
+    data = card_data(manifest, spec)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body(manifest, spec, run_config)}")
+
+
+def hub_base_model(manifest: TaskManifest) -> str | None:
+    """The base's hub name, or None when it came from a folder (the hub only takes a model id there)."""
+    name = manifest.base_model_name
+    if not name or name == BUNDLED_MODEL or Path(name).is_dir():
+        return None
+    return name
+
+
+def dataset_of(spec: TaskSpec) -> tuple[str, str | None, str]:
+    """(dataset id, its config, its name in words): the hub copy of a GLUE task; a task of one's own by name."""
+    if spec.hub is not None:
+        dataset, config = spec.hub
+        return dataset, config, f"GLUE {config.upper()}" if dataset.endswith("/glue") else f"{dataset} {config}"
+    return spec.name, None, spec.name
+
+
+def _dev_split(split: str) -> str:
+    """The prefix of a dev split's metric names (``validation_matched`` -> ``matched_``), as the run names them."""
+    rest = split[len("validation") :].lstrip("_")
+    return f"{rest}_" if rest else ""
+
+
+def eval_results(manifest: TaskManifest, spec: TaskSpec) -> list[EvalResult]:
+    """The run's dev metrics of the task as the hub's model-index records them (the task's own metrics)."""
+    metrics = manifest.metrics or {}
+    dataset, config, name = dataset_of(spec)
+    subset = manifest.evaluation.max_eval_examples if manifest.evaluation else None
+    results = []
+    for split in spec.dev_splits:
+        for metric in spec.metrics:
+            key = _dev_split(split) + metric
+            if key in metrics:
+                results.append(
+                    EvalResult(
+                        task_type=TASK_TYPE,
+                        dataset_type=dataset,
+                        dataset_name=name,
+                        dataset_config=config,
+                        # a dev subset, in the datasets library's slice notation
+                        dataset_split=f"{split}[:{subset}]" if subset else split,
+                        metric_type=HUB_METRICS.get(metric, metric),
+                        metric_value=float(metrics[key]),
+                        metric_name=key,
+                    )
+                )
+    return results
+
+
+def card_data(manifest: TaskManifest, spec: TaskSpec) -> ModelCardData:
+    """The front matter: library, tags, base model, datasets, metrics and the dev results."""
+    kind = manifest.method.kind
+    library = LIBRARIES.get(kind)
+    results = eval_results(manifest, spec)
+    adapter_tags = ["adapter-transformers", "adapters"] if library == "adapter-transformers" else []
+    adapter_tags += ["peft", "lora", "adapters"] if kind == "peft" else []
+    model_type = manifest.base_config.get("model_type")
+    tags = [*adapter_tags, manifest.method.name, *([model_type] if model_type else []), "pals_adapters", TASK_TYPE]
+    return ModelCardData(
+        library_name=library,
+        tags=list(dict.fromkeys(tags)),
+        base_model=hub_base_model(manifest),
+        datasets=[dataset_of(spec)[0]],
+        metrics=sorted({r.metric_type for r in results}) or None,
+        pipeline_tag=TASK_TYPE,
+        model_name=f"{manifest.task}-{manifest.method.name}" if results else None,
+        eval_results=results or None,
+    )
+
+
+def train_command(run_config: Any) -> str | None:
+    """``pals-bench train`` with the run's settings that differ from their defaults (each CLI option is a
+    `RunConfig` field); None without a dataclass of settings (a mapping gives no defaults to leave out)."""
+    if not dataclasses.is_dataclass(run_config):
+        return None
+    options = []
+    for field in dataclasses.fields(run_config):
+        value = getattr(run_config, field.name)
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        if value is None or value == default or field.name in SKIPPED_SETTINGS:
+            continue
+        option = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            options.append(option if value else f"--no-{option[2:]}")
+        elif isinstance(value, (list, tuple)):
+            options.append(" ".join([option, *(shlex.quote(str(v)) for v in value)]))
+        else:
+            options.append(f"{option} {shlex.quote(str(value))}")
+    return " \\\n  ".join(["pals-bench train", *options])
+
+
+def _settings(run_config: Any) -> dict | None:
+    """The run's settings as plain YAML values (tuples as lists, anything else as its text)."""
+    if dataclasses.is_dataclass(run_config):
+        settings = dataclasses.asdict(run_config)
+    elif isinstance(run_config, Mapping):
+        settings = dict(run_config)
+    else:
+        return None
+    return json.loads(json.dumps(settings, default=str))
+
+
+def _files(manifest: TaskManifest) -> list[str]:
+    lines = [f"- `{name}`: {FILE_ROLES.get(name, 'a file of the task')}" for name in sorted(manifest.files)]
+    lines.append(
+        f"- `{MANIFEST}`: the task as trained (labels in their order), the sha256 of every file above and what "
+        "the base must be; the harness checks all of it before loading"
+    )
+    lines.append(f"- `{CARD}`: this card (not hashed: edit it freely)")
+    return lines
+
+
+def _loading(manifest: TaskManifest, spec: TaskSpec) -> list[str]:
+    lines = ["## How to load", "", "Run the code in this folder (the one that holds this README.md).", ""]
+    library = library_code(manifest, spec)
+    if library is not None:
+        name, code = library
+        lines += [
+            f"With `{name}` alone: the encoder with this task's {'LoRA' if name == 'peft' else 'adapter'} "
+            "(the task's head is pals_adapters' own file; the next block gives its labels):",
+            "",
+            "```python",
+            code,
+            "```",
+            "",
+        ]
+    else:
+        lines += [
+            f"Method `{manifest.method.name}` has no task weights that another library loads on its own: load "
+            "the task with pals_adapters.",
+            "",
+        ]
+    lines += [
+        "With pals_adapters (`pip install pals-adapters[harness]`): the whole task, its labels decoded, after "
+        "checking every file, the base and the tokenizer:",
+        "",
+        "```python",
+        harness_code(manifest, spec),
+        "```",
+    ]
+    return lines
+
+
+def _base(manifest: TaskManifest) -> list[str]:
+    _, words = base_source(manifest)
+    lines = [
+        "## Base model",
+        "",
+        f"The task needs {words}: the base whose weights have the sha256 fingerprint",
+        f"`{manifest.base_fingerprint}` ({manifest.base_dtype}; `pals_adapters.harness.export.fingerprint_model`).",
+    ]
+    if manifest.base_path is not None and manifest.base_model_name:
+        lines.append(f"It was fine-tuned from `{manifest.base_model_name}` together with the run's tasks.")
+    if hub_base_model(manifest) is None and manifest.base_model_name:
+        lines += [
+            "",
+            f"`{manifest.base_model_name}` is not a hub model id, so the front matter names no `base_model`; add "
+            "the hub id of that model there before publishing, if it has one.",
+        ]
+    return lines
+
+
+def _training(manifest: TaskManifest, run_config: Any) -> list[str]:
+    base = "fine-tuned together with the tasks" if manifest.base_mode == "finetune" else "frozen"
+    facts = [
+        f"- method: `{manifest.method.name}`"
+        + (f" with {manifest.method.overrides}" if manifest.method.overrides else "")
+        + f" (backend `{manifest.method.kind}`)",
+        f"- base: {base}",
+        f"- tokens per example: {manifest.max_length}",
+        f"- parameters of this task: {manifest.num_parameters:,}" if manifest.num_parameters is not None else "",
+        f"- written by {manifest.producer}" if manifest.producer else "",
+    ]
+    lines = ["## Training", "", *(fact for fact in facts if fact)]
+    command, settings = train_command(run_config), _settings(run_config)
+    if command:
+        lines += ["", "The run (its other settings at their defaults):", "", "```bash", command, "```"]
+    if settings:
+        lines += [
+            "",
+            "<details><summary>Every setting of the run (<code>pals-bench train --config</code> reads them as a "
+            "YAML file)</summary>",
+            "",
+            "```yaml",
+            yaml.safe_dump(settings, sort_keys=False).rstrip(),
+            "```",
+            "",
+            "</details>",
+        ]
+    if not command and not settings:
+        lines += ["", "The run's settings are in `run_config.json` of its output folder."]
+    return lines
+
+
+def _results(manifest: TaskManifest) -> list[str]:
+    lines = ["## Dev results", ""]
+    if not manifest.metrics:
+        return lines + ["None recorded with this export; `pals-bench evaluate .` scores the task here."]
+    subset = manifest.evaluation.max_eval_examples if manifest.evaluation else None
+    scope = f"the first {subset} dev examples" if subset else "the whole dev set"
+    lines += [f"As the run measured them at its end, on {scope} (`pals-bench evaluate .` repeats it):", ""]
+    lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in manifest.metrics.items()]
+    return lines
+
+
+def _publishing(manifest: TaskManifest) -> list[str]:
+    task = manifest.task
+    if manifest.base_path is None:
+        what = "This folder is the whole task (its base is a pretrained model): upload it as one repository"
+        command = f"hf upload YOUR-NAME/{task}-{manifest.method.name} ."
+    else:
+        what = (
+            f"The task needs `{manifest.base_path}`, exported with it: upload the export folder (its `base/` and "
+            "task folders), from the folder above this one"
+        )
+        command = "hf upload YOUR-NAME/REPO-NAME .. ."
+    return [
+        "## Publishing",
+        "",
+        f"{what}, with the hub's client (`huggingface_hub`: `HfApi().upload_folder(folder_path=..., "
+        'repo_id=..., repo_type="model")`, or its command line):',
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "`huggingface_hub.snapshot_download(repo_id)` gives the folder back; the code above runs in "
+        + ("it." if manifest.base_path is None else f"its `{task}` folder."),
+    ]
+
+
+def body(manifest: TaskManifest, spec: TaskSpec, run_config: Any = None) -> str:
+    _, _, dataset = dataset_of(spec)
+    kind = "regression" if spec.is_regression else f"classification into {', '.join(spec.labels)}"
+    sections = [
+        [
+            f"# {manifest.task}: `{manifest.method.name}`",
+            "",
+            f"The task-specific weights of **{manifest.task}** ({dataset}; {kind}) from a multi-task run of "
+            f"pals_adapters, method `{manifest.method.name}`.",
+            "",
+            *_files(manifest),
+        ],
+        _loading(manifest, spec),
+        _base(manifest),
+        _training(manifest, run_config),
+        _results(manifest),
+        _publishing(manifest),
+    ]
+    return "\n\n".join("\n".join(section) for section in sections) + "\n"

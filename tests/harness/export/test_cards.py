@@ -1,0 +1,366 @@
+"""Every exported task gets a hub model card whose code runs as written and loads the exported weights."""
+
+import dataclasses
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import file_hashes
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, BertModel
+
+from pals_adapters.harness import RunConfig
+from pals_adapters.harness.cli import build_parser
+from pals_adapters.harness.cli.options import config_from_args
+from pals_adapters.harness.export import EvaluationRecord, card, export_run, load_task, read_task_manifest
+from pals_adapters.harness.export.added_tasks import export_added_tasks
+from pals_adapters.harness.export.card import card_of, train_command
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.glue import GLUE_TASKS
+from pals_adapters.harness.tasks.spec import TaskSpec, spec_to_json
+
+TASKS = {"rte": GLUE_TASKS["rte"], "stsb": GLUE_TASKS["stsb"]}
+METRICS = {"rte": {"accuracy": 0.75, "score": 0.75}, "stsb": {"pearson": 0.5, "spearman": 0.25, "score": 0.375}}
+MAX_LENGTH = 24
+# what the cards' code runs on: the example texts it writes
+TEXTS = {"rte": ["A first sentence.", "A second sentence."], "stsb": ["A first sentence.", "A second sentence."]}
+
+
+def settings(model_dir, method, base, **changes):
+    return RunConfig(model=str(model_dir), tasks=list(TASKS), method=method, base=base, max_steps=3, lr=1e-3, **changes)
+
+
+def trained(model_dir, method, base_mode, tasks=TASKS, source=None):
+    """A MultiTaskModel on the tiny pretrained base (or ``source``), every task weight moved off its start."""
+    torch.manual_seed(0)
+    model = MultiTaskModel(BertModel.from_pretrained(source or model_dir), tasks, get_method(method), base_mode)
+    with torch.no_grad():
+        for param in model.trainable_parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    return model.eval()
+
+
+_EXPORTS = {}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, tiny_model_dir):
+    """(trained model, export folder) per (method, base mode), exported once per module."""
+
+    def get(method, base_mode):
+        if (method, base_mode) not in _EXPORTS:
+            model = trained(tiny_model_dir, method, base_mode)
+            out = tmp_path_factory.mktemp(f"{method}-{base_mode}") / "export"
+            export_run(
+                model,
+                out,
+                base_model_name=str(tiny_model_dir),
+                metrics_by_task=METRICS,
+                tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir),
+                max_length=MAX_LENGTH,
+                evaluation=EvaluationRecord(max_eval_examples=16, eval_batch_size=8),
+                run_config=settings(tiny_model_dir, method, base_mode),
+            )
+            _EXPORTS[method, base_mode] = model, out
+        return _EXPORTS[method, base_mode]
+
+    yield get
+    _EXPORTS.clear()
+
+
+def python_blocks(card_path):
+    return re.findall(r"^```python\n(.*?)^```", card_path.read_text(encoding="utf-8"), flags=re.S | re.M)
+
+
+# Run after each block of a card, in the same process (_OUT set before it): what it loaded, for the test.
+DUMP = """
+import torch as _torch
+from safetensors.torch import save_file as _save
+if "model" in globals():  # a library's block: every weight it loaded and the encoder's states
+    _save({k: v.detach().clone() for k, v in model.state_dict().items()}, _OUT + "/weights.safetensors")
+    _save({"hidden": hidden.detach().contiguous()}, _OUT + "/hidden.safetensors")
+if "answer" in globals():  # the harness's block: the task's answer
+    _save({"logits": _torch.tensor(answer.logits)}, _OUT + "/logits.safetensors")
+"""
+
+
+def run_card(folder, out):
+    """Runs each Python block of ``folder``'s README.md on its own, as written, in a fresh process, offline,
+    in the task folder; what each loaded goes to ``out/<block number>/``."""
+    results = []
+    for number, code in enumerate(python_blocks(folder / "README.md")):
+        target = out / str(number)
+        target.mkdir(parents=True)
+        script = out / f"block{number}.py"
+        script.write_text(f"{code}\n_OUT = {str(target)!r}\n{DUMP}")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, f"block {number} of {folder / 'README.md'} failed:\n{code}\n{done.stderr[-3000:]}"
+        results.append(target)
+    return results
+
+
+def expected_hidden(model, task, tokenizer):
+    inputs = tokenizer(*TEXTS[task], return_tensors="pt")
+    with torch.no_grad(), model.activated(task):
+        return model.encoder(**inputs).last_hidden_state
+
+
+def expected_logits(model, task, tokenizer):
+    inputs = tokenizer(*TEXTS[task], truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+    with torch.no_grad():
+        return model(task, **inputs)["logits"][0]
+
+
+# --------------------------------------------------------------------------- the code runs
+
+
+@pytest.mark.parametrize(
+    "method,base_mode,library",
+    [
+        ("pals", "frozen", True),  # plain adapters + import pals_adapters, the pretrained base
+        # the others launch their processes too (a few seconds each)
+        pytest.param("pals", "finetune", True, marks=pytest.mark.slow),  # the same, on the exported fine-tuned base
+        pytest.param("peft_lora", "frozen", True, marks=pytest.mark.slow),  # PEFT's own loading
+        pytest.param("ca_mtl", "finetune", True, marks=pytest.mark.slow),  # with the exported base's shared modules
+        pytest.param("shared", "finetune", False, marks=pytest.mark.slow),  # only the harness loads it
+    ],
+)
+def test_the_card_code_runs_offline_and_loads_the_exported_weights(
+    exported, tiny_model_dir, tmp_path, method, base_mode, library
+):
+    model, out = exported(method, base_mode)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    results = run_card(out / "rte", tmp_path)
+    assert len(results) == (2 if library else 1)
+    if library:
+        loaded = load_file(results[0] / "weights.safetensors")
+        trained_state = model.encoder.state_dict()
+        assert any("rte" in name for name in loaded)  # the task's own weights are among those loaded
+        assert not any("stsb" in name for name in loaded)  # and no other task's
+        for name, tensor in loaded.items():
+            assert torch.equal(tensor, trained_state[name]), name
+        hidden = load_file(results[0] / "hidden.safetensors")["hidden"]
+        torch.testing.assert_close(hidden, expected_hidden(model, "rte", tokenizer), atol=1e-6, rtol=0)
+    logits = load_file(results[-1] / "logits.safetensors")["logits"]
+    torch.testing.assert_close(logits, expected_logits(model, "rte", tokenizer), atol=1e-5, rtol=1e-5)
+
+
+def test_the_adapters_code_fails_without_pals_adapters(exported, tmp_path):
+    # the card's `import pals_adapters` is what makes plain adapters read a PAL: without it the code fails
+    _, out = exported("pals", "frozen")
+    code = python_blocks(out / "rte" / "README.md")[0]
+    assert "import pals_adapters" in code
+    lines = [line for line in code.splitlines() if "pals_adapters" not in line and "fingerprint_model" not in line]
+    script = tmp_path / "without.py"
+    script.write_text("\n".join(lines))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=out / "rte", env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode != 0 and "KeyError: 'pals'" in done.stderr, done.stderr[-2000:]  # adapters knows no PAL
+
+
+# --------------------------------------------------------------------------- the front matter
+
+
+@pytest.mark.parametrize(
+    "method,base_mode,library,tags",
+    [
+        ("pals", "frozen", "adapter-transformers", {"adapter-transformers", "adapters", "pals"}),
+        ("peft_lora", "frozen", "peft", {"peft", "lora", "adapters", "peft_lora"}),
+        ("shared", "finetune", None, {"shared"}),
+    ],
+)
+def test_every_task_has_a_card_with_the_hub_front_matter(exported, method, base_mode, library, tags):
+    _, out = exported(method, base_mode)
+    for task in TASKS:
+        card = ModelCard.load(out / task / "README.md")
+        data = card.data.to_dict()
+        assert data.get("library_name") == library
+        assert tags | {"pals_adapters", "bert", "text-classification"} <= set(data["tags"])
+        assert data["datasets"] == ["nyu-mll/glue"] and data["pipeline_tag"] == "text-classification"
+        assert "base_model" not in data  # the base is a folder here: the hub takes only model ids
+        assert "is not a hub model id" in card.text
+        manifest = read_task_manifest(out / task)
+        assert manifest.base_fingerprint in card.text
+        assert "README.md" not in manifest.files  # documentation, not a file the load checks
+
+
+def test_the_dev_metrics_are_in_the_model_index_with_their_names(exported):
+    _, out = exported("pals", "frozen")
+    stsb = ModelCard.load(out / "stsb" / "README.md").data
+    results = {(r.metric_name, r.metric_type): r.metric_value for r in stsb.eval_results}
+    assert results == {("pearson", "pearsonr"): 0.5, ("spearman", "spearmanr"): 0.25}
+    assert {r.dataset_config for r in stsb.eval_results} == {"stsb"}
+    assert {r.dataset_split for r in stsb.eval_results} == {"validation[:16]"}  # the run's dev subset
+    assert stsb.model_name == "stsb-pals" and stsb.metrics == ["pearsonr", "spearmanr"]
+    text = (out / "rte" / "README.md").read_text(encoding="utf-8")
+    assert "| accuracy | 0.7500 |" in text and "the first 16 dev examples" in text
+
+
+def test_mnli_s_two_dev_splits_are_two_results(exported):
+    _, out = exported("pals", "frozen")
+    manifest = dataclasses.replace(
+        read_task_manifest(out / "rte"),
+        task="mnli",
+        task_spec=spec_to_json(GLUE_TASKS["mnli"]),
+        metrics={"matched_accuracy": 0.5, "mismatched_accuracy": 0.25, "score": 0.375},
+        evaluation=None,
+    )
+    results = card_of(manifest).data.eval_results
+    assert [(r.dataset_split, r.metric_name, r.metric_value) for r in results] == [
+        ("validation_matched", "matched_accuracy", 0.5),
+        ("validation_mismatched", "mismatched_accuracy", 0.25),
+    ]
+
+
+def test_a_hub_base_is_the_base_model_and_no_metrics_are_none(exported):
+    _, out = exported("pals", "finetune")
+    manifest = dataclasses.replace(read_task_manifest(out / "rte"), base_model_name="bert-base-uncased", metrics=None)
+    card = card_of(manifest)
+    assert card.data.base_model == "bert-base-uncased"
+    assert card.data.eval_results is None and "None recorded with this export" in card.text
+    assert "fine-tuned from `bert-base-uncased`" in card.text and 'base = "../base"' in card.text
+
+
+def test_the_training_command_gives_back_the_run_s_settings(tiny_model_dir):
+    config = settings(tiny_model_dir, "pals[hidden_size_aug=12]", "frozen", report_to=["tensorboard"], export=False)
+    command = train_command(config)
+    args = build_parser().parse_args(shlex.split(command.replace("\\\n", " "))[1:])
+    assert config_from_args(args) == config
+    assert train_command({"model": "x"}) is None  # a mapping has no defaults to leave out
+
+
+def test_the_card_shows_the_training_command_and_settings(exported):
+    _, out = exported("peft_lora", "frozen")
+    text = (out / "rte" / "README.md").read_text(encoding="utf-8")
+    assert "pals-bench train \\\n  --model" in text and "--method peft_lora" in text
+    assert "max_steps: 3" in text  # every setting, in a YAML block
+
+
+# --------------------------------------------------------------------------- re-exports and add-to
+
+
+def test_the_same_task_writes_the_same_card(exported, tiny_model_dir, tmp_path):
+    model, out = exported("pals", "frozen")
+    export_run(
+        model,
+        tmp_path / "again",
+        base_model_name=str(tiny_model_dir),
+        metrics_by_task=METRICS,
+        tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir),
+        max_length=MAX_LENGTH,
+        evaluation=EvaluationRecord(max_eval_examples=16, eval_batch_size=8),
+        run_config=settings(tiny_model_dir, "pals", "frozen"),
+    )
+    for task in TASKS:
+        assert (tmp_path / "again" / task / "README.md").read_bytes() == (out / task / "README.md").read_bytes()
+
+
+def test_an_edited_card_still_loads(exported, tmp_path):
+    _, out = exported("pals", "frozen")
+    folder = tmp_path / "rte"
+    folder.mkdir()
+    for path in (out / "rte").iterdir():
+        folder.joinpath(path.name).write_bytes(path.read_bytes())
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# mine\n", encoding="utf-8")
+    assert list(load_task(folder).tasks) == ["rte"]
+
+
+def test_add_to_writes_the_new_task_s_card_and_leaves_the_others(tiny_model_dir, tmp_path):
+    first = trained(tiny_model_dir, "pals", "finetune")
+    out = tmp_path / "export"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    export_run(first, out, base_model_name=str(tiny_model_dir), tokenizer=tokenizer, max_length=MAX_LENGTH)
+    (out / "stsb" / "README.md").unlink()  # as an export written before cards: it has none, and keeps none
+    before = file_hashes(out)
+    cola = {"cola": GLUE_TASKS["cola"]}
+    added = trained(tiny_model_dir, "pals", "frozen", tasks=cola, source=out / "base")
+    add_settings = RunConfig(tasks=["cola"], add_to=str(out), base="frozen", max_steps=3)
+    export_added_tasks(
+        added,
+        ["cola"],
+        out,
+        base_mode="finetune",
+        base_model_name=str(tiny_model_dir),
+        metrics_by_task={"cola": {"matthews": 0.125, "score": 0.125}},
+        tokenizer=tokenizer,
+        max_length=MAX_LENGTH,
+        run_config=add_settings,
+    )
+    after = file_hashes(out)
+    assert {k: v for k, v in after.items() if k.parts[0] != "cola"} == before
+    card = ModelCard.load(out / "cola" / "README.md")
+    assert [(r.metric_name, r.metric_type, r.metric_value) for r in card.data.eval_results] == [
+        ("matthews", "matthews_correlation", 0.125)
+    ]
+    assert f"--add-to {out}" in card.text and 'base = "../base"' in card.text
+    assert not (out / "stsb" / "README.md").exists() and set(load_task(out / "stsb").tasks) == {"stsb"}
+
+    # --replace writes the replaced task's card again; the others stay
+    export_added_tasks(
+        added, ["cola"], out, base_mode="finetune", base_model_name=str(tiny_model_dir), tokenizer=tokenizer,
+        max_length=MAX_LENGTH, replace=True,
+    )  # fmt: skip
+    assert {k: v for k, v in file_hashes(out).items() if k.parts[0] != "cola"} == before
+    assert "None recorded with this export" in (out / "cola" / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_task_folder_is_what_a_publish_uploads(exported):
+    # a frozen-base task's folder stands alone: its files, its manifest and its card at the top, nothing else
+    _, out = exported("pals", "frozen")
+    assert sorted(p.name for p in (out / "rte").iterdir()) == sorted(
+        ["README.md", "manifest.json", "adapter_config.json", "adapter.safetensors", "head.safetensors"]
+    )
+    text = (out / "rte" / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n") and "upload_folder(folder_path=" in text
+    assert "hf upload YOUR-NAME/rte-pals ." in text
+
+
+def test_a_task_of_one_s_own_is_its_own_dataset(exported):
+    _, out = exported("pals", "frozen")
+    reviews = TaskSpec(
+        name="reviews",
+        text_columns=("text",),
+        label_column="label",
+        is_regression=False,
+        labels=("neg", "pos"),
+        metrics=("accuracy", "f1"),
+        splits={"train": "train.csv", "validation": "dev.csv"},
+        file_format="csv",
+        data_dir="data/reviews",
+    )
+    manifest = dataclasses.replace(
+        read_task_manifest(out / "rte"), task="reviews", task_spec=spec_to_json(reviews), metrics={"f1": 0.5}
+    )
+    card = card_of(manifest)
+    assert card.data.datasets == ["reviews"]
+    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in card.data.eval_results] == [("reviews", "f1", 0.5)]
+    assert '{"task": "reviews", "text": "A first sentence."}' in card.text  # one text: no text_b
+
+
+def test_settings_of_any_shape_are_written_and_a_failed_card_never_fails_the_export(
+    exported, tiny_model_dir, tmp_path, monkeypatch, caplog
+):
+    model, _ = exported("pals", "frozen")
+    kwargs = dict(base_model_name=str(tiny_model_dir), max_length=MAX_LENGTH)
+    export_run(model, tmp_path / "a", run_config={"tasks": ("rte", "stsb"), "lr": 1e-3, "where": tmp_path}, **kwargs)
+    text = (tmp_path / "a" / "rte" / "README.md").read_text(encoding="utf-8")
+    assert "tasks:\n- rte\n- stsb\nlr: 0.001\n" in text and f"where: {tmp_path}" in text
+
+    def broken(*args, **kw):
+        raise ValueError("a bug in the card")
+
+    monkeypatch.setattr(card, "card_of", broken)
+    export_run(model, tmp_path / "b", **kwargs)
+    assert not (tmp_path / "b" / "rte" / "README.md").exists() and list(load_task(tmp_path / "b" / "rte").tasks)
+    assert "no model card for rte (ValueError: a bug in the card)" in caplog.text
