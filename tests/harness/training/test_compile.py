@@ -7,6 +7,7 @@ inductor path is the one `benchmarks/speed_memory.py --compile` measures.
 """
 
 import copy
+import json
 import os
 
 import pytest
@@ -132,3 +133,26 @@ def test_compile_setting_reaches_the_trainer_and_leaves_no_switch_behind(tmp_pat
     assert results["config"]["compile"] is True
     assert all(entry["loss"] == entry["loss"] for entry in results["log_history"] if "loss" in entry)  # not NaN
     assert not [key for key in os.environ if key.startswith("ACCELERATE_DYNAMO_")]
+
+    # evaluate / predict --compile: the exported task's model is compiled and scores as the run scored it.
+    from pals_adapters.harness.cli import main
+
+    compiled_modules.clear()
+    report = tmp_path / "eval.json"
+    assert main(["evaluate", str(tmp_path / "run" / "export" / "rte"), "--compile", "--out", str(report)]) == 0
+    assert compiled_modules == ["MultiTaskModel"]
+    scores = json.loads(report.read_text())
+    assert scores["tasks"]["rte"]["metrics"]["rte_accuracy"] == pytest.approx(results["metrics"]["rte_accuracy"], abs=1e-9)
+    compiled_modules.clear()
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"task": "rte", "text": "A man walks.", "text_b": "Someone walks."}) + "\n")
+    answers = tmp_path / "answers.jsonl"
+    assert main(["predict", str(tmp_path / "run" / "export"), "--input", str(requests), "--out", str(answers)]) == 0
+    assert compiled_modules == []
+    assert (
+        main(
+            ["predict", str(tmp_path / "run" / "export"), "--input", str(requests), "--out", str(answers), "--compile"]
+        )
+        == 0
+    )
+    assert compiled_modules == ["MultiTaskModel"]
