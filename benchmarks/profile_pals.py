@@ -25,11 +25,13 @@ from torch.profiler import ProfilerActivity, profile
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
 from pals_adapters.harness.methods.registry import METHODS
+from pals_adapters.pals.modeling import Projections
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, load_model  # noqa: E402
 
 MODES = ("forward", "train_full", "train_frozen")
+LAYER_MODES = ("pal_layer_forward", "pal_layer_train")  # one PAL layer alone, on the batch's hidden states
 
 
 def parse_args(argv=None):
@@ -41,7 +43,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=5, help="profiled steps per model and mode")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=25, help="rows of the op table")
-    parser.add_argument("--mode", default="all", choices=("all", *MODES))
+    parser.add_argument("--mode", default="all", choices=("all", *MODES, *LAYER_MODES))
     return parser.parse_args(argv)
 
 
@@ -133,6 +135,42 @@ def report(mode, base, adapted, method, top, wall):
         )
 
 
+def pal_layer_profile(model, inputs, mode, steps, top):
+    """One PAL layer alone (the first layer's, its shared V_E/V_D passed in), forward or forward + backward
+    with the input requiring a gradient (as under a fine-tuned base): its own ops, largest first."""
+    pal_module = model.encoder.layer[0].pals.adapters["task"]
+    shared = model.shared_parameters["task"] if "task" in model.shared_parameters else None
+    projections = Projections(**shared) if shared is not None else None
+    with torch.no_grad():
+        hidden = model.embeddings(input_ids=inputs["input_ids"]).detach()
+    mask = (1.0 - inputs["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
+    hidden.requires_grad_(mode == "pal_layer_train")
+
+    def run():
+        if mode == "pal_layer_forward":
+            pal_module.eval()
+            with torch.no_grad():
+                pal_module(hidden, mask, projections)
+        else:
+            pal_module.train()
+            pal_module(hidden, mask, projections).sum().backward()
+
+    for _ in range(2):
+        run()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            run()
+    wall = (time.perf_counter() - start) / steps
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) / steps
+    print(f"\n== {mode}: one PAL layer, {1000 * wall:.1f} ms per call (profiled), {total / 1000:.1f} ms in ops ==")
+    print(f"{'op':<52} {'ms/call':>9} {'share':>7}")
+    for event in events[:top]:
+        per_call = event.self_cpu_time_total / steps
+        print(f"{event.key[:52]:<52} {per_call / 1000:9.2f} {100 * per_call / total:6.1f}%")
+
+
 def main(argv=None):
     args = parse_args(argv)
     logging.getLogger("adapters.model_mixin").setLevel(logging.ERROR)
@@ -146,7 +184,10 @@ def main(argv=None):
         f"{args.model}, batch {args.batch} x {args.length} (half the rows padded by a quarter), "
         f"{args.threads} thread(s), {args.steps} profiled steps per model and mode; torch {torch.__version__}"
     )
-    for mode in MODES if args.mode == "all" else (args.mode,):
+    for mode in (*MODES, *LAYER_MODES) if args.mode == "all" else (args.mode,):
+        if mode in LAYER_MODES:
+            pal_layer_profile(built[args.method], inputs, mode, args.steps, args.top)
+            continue
         base, _ = op_times(built["base"], mode, inputs, head, args.steps)
         adapted, _ = op_times(built[args.method], mode, inputs, head, args.steps)
         wall = wall_times(built, mode, inputs, head, args.steps)
