@@ -142,7 +142,8 @@ def test_compile_setting_reaches_the_trainer_and_leaves_no_switch_behind(tmp_pat
     assert main(["evaluate", str(tmp_path / "run" / "export" / "rte"), "--compile", "--out", str(report)]) == 0
     assert compiled_modules == ["MultiTaskModel"]
     scores = json.loads(report.read_text())
-    assert scores["tasks"]["rte"]["metrics"]["rte_accuracy"] == pytest.approx(results["metrics"]["rte_accuracy"], abs=1e-9)
+    accuracy = scores["tasks"]["rte"]["metrics"]["rte_accuracy"]
+    assert accuracy == pytest.approx(results["metrics"]["rte_accuracy"], abs=1e-9)
     compiled_modules.clear()
     requests = tmp_path / "requests.jsonl"
     requests.write_text(json.dumps({"task": "rte", "text": "A man walks.", "text_b": "Someone walks."}) + "\n")
