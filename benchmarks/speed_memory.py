@@ -41,6 +41,7 @@ import pals_adapters  # noqa: F401  (registers the "pals" presets)
 from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
 from pals_adapters.harness.methods.peft_lora import lora_config as peft_lora_config
 from pals_adapters.harness.methods.registry import METHODS
+from pals_adapters.harness.training.compiling import prepare_compile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
@@ -254,8 +255,9 @@ def build_benches(model_name, methods, device, compile_options=None):
             model, params = method_model(model_name, method)
             benches[method + suffix] = Bench(model, params, ("forward", "train_frozen", "train_full"), device, options)
     if compile_options is not None:
-        # Each compiled model keeps a graph per mode (eval, and the two training modes' requires_grad).
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16)
+        # As the harness compiles (dropout from torch's own random kernels); each compiled model keeps a
+        # graph per mode (eval, and the two training modes' requires_grad).
+        prepare_compile(num_tasks=4)
     return benches
 
 

@@ -4,7 +4,9 @@ Each task's forward is its own graph (the active adapter is part of what torch.c
 it reuses one), and so is training against evaluation, and a batch mixing tasks. torch's default of
 8 graphs per function would send the 5th task of an 8-task run back to eager Python without a word;
 `allow_task_graphs` makes room for all of them, so a change of task costs no compilation after each
-task's first step.
+task's first step. `prepare_compile` also has compiled code draw its random numbers (dropout) with
+torch's own kernels, as eager code does: inductor's generated CPU code seeds a generator per element,
+which made a compiled training step slower than the eager one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from collections.abc import Iterator
 
 import torch
+import torch._inductor.config  # noqa: F401  (torch._inductor.config.fallback_random below)
 from torch import nn
 
 # Graphs one task may need: training and evaluation forwards, then each with shapes marked dynamic
@@ -32,10 +35,17 @@ def allow_task_graphs(num_tasks: int) -> None:
     config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * needed)
 
 
+def prepare_compile(num_tasks: int) -> None:
+    """Process-wide settings for compiling a model of ``num_tasks`` tasks: a graph per task, and random
+    numbers from torch's kernels (the same draws as eager code, and faster than inductor's on a CPU)."""
+    allow_task_graphs(num_tasks)
+    torch._inductor.config.fallback_random = True
+
+
 def compile_model(model: nn.Module, **options) -> nn.Module:
-    """``torch.compile(model, **options)`` with room for a graph per task (see `allow_task_graphs`); the
-    compiled module forwards attribute reads (``tasks``, ``backbone``) to the model."""
-    allow_task_graphs(len(getattr(model, "tasks", {})) or 1)
+    """``torch.compile(model, **options)`` after `prepare_compile`; the compiled module forwards attribute
+    reads (``tasks``, ``backbone``) to the model."""
+    prepare_compile(len(getattr(model, "tasks", {})) or 1)
     return torch.compile(model, **options)
 
 

@@ -33,7 +33,7 @@ from ..scoring.report import parameter_summary, plot_training, task_metrics
 from ..serving.add_tasks import SharedBase
 from ..tasks.spec import TaskSpec
 from ..tasks.splits import SkippedRows, load_split
-from .compiling import allow_task_graphs, trainer_compile_environment
+from .compiling import prepare_compile, trainer_compile_environment
 from .run_folder import prepare_run_folder, run_lock
 from .trainer import MultiTaskTrainer
 
@@ -103,7 +103,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
     )
     evaluate_during = config.eval_steps is not None
     if config.compile:
-        allow_task_graphs(len(train))
+        prepare_compile(len(train))
     args = TrainingArguments(
         output_dir=config.output_dir,
         max_steps=config.max_steps,

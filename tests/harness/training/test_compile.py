@@ -106,6 +106,12 @@ def test_changing_the_task_does_not_recompile_every_step():
     assert backend.graphs == first_round  # ... and later steps reuse them
 
 
+def test_compiled_models_draw_random_numbers_with_torch_kernels():
+    with torch._inductor.config.patch(fallback_random=False):
+        compile_model(model_without_dropout("pals"), backend="aot_eager")
+        assert torch._inductor.config.fallback_random  # inductor's CPU generator is slower than eager's
+
+
 def test_graph_room_grows_with_the_tasks_and_never_shrinks():
     with torch._dynamo.config.patch(recompile_limit=8, accumulated_recompile_limit=256):
         allow_task_graphs(10)
