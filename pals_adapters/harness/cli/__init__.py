@@ -75,7 +75,7 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
         p.add_argument(
             "--compile",
             action="store_true",
-            help="torch.compile the model first (pays off on large files: each batch shape compiles once)",
+            help="torch.compile the loaded model first (its first batches compile; see docs/harness.md)",
         )
         if name == "evaluate":
             p.add_argument(
