@@ -73,10 +73,10 @@ class ProjectedSelfAttention(nn.Module):
         # (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding.
         attention_mask = mask_in_dtype(attention_mask, x.dtype)
         dropout = self.dropout if self.training else 0.0
-        if dropout:
+        if dropout and x.device.type == "cpu":  # elsewhere SDPA has fused kernels with dropout
             context = attention_with_dropout(query, key, value, attention_mask, dropout)
         else:
-            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout)
         return context.transpose(1, 2).reshape(batch, length, size)
 
 
@@ -93,11 +93,11 @@ def attention_with_dropout(
 ) -> torch.Tensor:
     """``dropout(softmax(q kᵀ / √d + mask)) v``: what ``scaled_dot_product_attention`` computes with dropout.
 
-    On the CPU that function falls back, with dropout, to a generic path that also guards against rows
-    masked entirely with -inf (extra passes over the (B, heads, T, T) scores, forward and backward). The
-    masks here are finite (`additive_mask`), so those passes change nothing, and skipping them is most of
-    a PAL's training-time overhead beyond its matmuls. Dropout draws the same random numbers as there, and
-    half precision is computed in float32 as there.
+    Used on the CPU only, where that function falls back, with dropout, to a generic path that also
+    guards against rows masked entirely with -inf (extra passes over the (B, heads, T, T) scores,
+    forward and backward). The masks here are finite (`additive_mask`), so those passes change nothing
+    and are skipped. Dropout draws the same random numbers as there, and half precision is computed in
+    float32 as there.
     """
     dtype = query.dtype
     if dtype in (torch.float16, torch.bfloat16):

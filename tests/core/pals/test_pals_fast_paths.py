@@ -126,3 +126,23 @@ def test_float32_pal_on_a_bfloat16_model_returns_the_model_dtype():
         expected = reference_pal(pal, h.float(), mask)
     assert out.dtype == torch.bfloat16
     assert torch.allclose(out.float(), expected, atol=1e-2)
+
+
+def test_training_off_the_cpu_keeps_sdpa_with_its_own_dropout(monkeypatch):
+    from pals_adapters.pals import modeling
+
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("dropout_p", 0.0))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(modeling.F, "scaled_dot_product_attention", recording)
+    pal = pal_layer(torch.float32, dropout=0.3).train()
+    h, mask = inputs(torch.float32)
+    pal(h, mask)
+    assert calls == []  # on the CPU: the PAL's own attention with dropout
+    # Elsewhere (a GPU's fused kernels draw their own dropout): SDPA with dropout_p. A meta tensor stands in.
+    pal.to("meta")(h.detach().to("meta"), mask.to("meta"))
+    assert calls == [0.3]
