@@ -136,6 +136,11 @@ class RunConfig:
         None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder"
     )
     precision: str = _setting("fp32", "fp32; bf16 (autocast, on a GPU or a CPU); fp16 (GPU)")
+    compile: bool = _setting(
+        False,
+        "torch.compile the model (the Trainer's torch_compile): the first step of each task compiles its graph, "
+        "later steps reuse it (see docs/benchmarks.md for what it gains)",
+    )
     threads: int | None = _setting(
         None,
         "CPU threads of torch for this run (torch.set_num_threads); default: torch's own, the OMP_NUM_THREADS "

@@ -11,7 +11,7 @@ import threading
 from typing import NamedTuple
 
 import torch
-from adapters.composition import AdapterCompositionBlock, Fuse, Split, adjust_tensors_for_parallel
+from adapters.composition import AdapterCompositionBlock, Fuse, MultiTask, Split, adjust_tensors_for_parallel
 from adapters.context import ForwardContext
 from adapters.methods.adapter_layer_base import ComposableAdapterLayerBase
 from torch import nn
@@ -121,6 +121,22 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
         out = module(state.hidden_states, state.attention_mask, shared)
         delta = out if state.delta is None else state.delta + out
         return state._replace(delta=delta)
+
+    def compose_multi_task(self, adapter_setup: MultiTask, state: PALState, lvl: int = 0) -> PALState:
+        """Row ``i`` through the PAL of task ``task_ids[i]``. Eagerly as the library does it (rows sorted by
+        task, one slice per task); under torch.compile without the data-dependent slice sizes, which would
+        break the graph: every task's PAL runs on the whole batch and each row keeps its own task's output
+        (the same numbers per row, as a PAL mixes tokens of one sequence only)."""
+        names = adapter_setup.children
+        if not torch.compiler.is_compiling() or not all(isinstance(n, str) and n in self.adapters for n in names):
+            return super().compose_multi_task(adapter_setup, state, lvl)
+        task_ids = ForwardContext.get_context().task_ids
+        selected = None
+        for index, name in enumerate(names):
+            out = self.compose_single(name, state._replace(delta=None), lvl + 1).delta
+            rows = (task_ids == index).view(-1, *([1] * (out.dim() - 1)))
+            selected = torch.where(rows, out, 0.0 if selected is None else selected)
+        return state._replace(delta=selected if state.delta is None else state.delta + selected)
 
     def _refuse(self, adapter_setup: AdapterCompositionBlock, state: PALState) -> PALState:
         pal_names = sorted(set(self.adapters.keys()) & set(adapter_setup.flatten()))

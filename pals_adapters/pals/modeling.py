@@ -68,20 +68,46 @@ class ProjectedSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         batch, length, size = x.shape
         head_size = size // self.num_heads
-        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)
+        query, key, value = self.qkv(x).view(batch, length, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)
         # attention_mask is additive and broadcastable to (batch, heads, length, length):
         # (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding.
-        if attention_mask is not None and attention_mask.dtype != x.dtype:
-            # e.g. a float32 model's mask in a bfloat16 PAL; clamp so its most negative value stays finite
-            attention_mask = attention_mask.to(x.dtype).clamp(min=torch.finfo(x.dtype).min)
-        context = F.scaled_dot_product_attention(
-            qkv[0],
-            qkv[1],
-            qkv[2],
-            attn_mask=attention_mask,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        attention_mask = mask_in_dtype(attention_mask, x.dtype)
+        dropout = self.dropout if self.training else 0.0
+        if dropout and x.device.type == "cpu":  # elsewhere SDPA has fused kernels with dropout
+            context = attention_with_dropout(query, key, value, attention_mask, dropout)
+        else:
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout)
         return context.transpose(1, 2).reshape(batch, length, size)
+
+
+def mask_in_dtype(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """An additive mask in ``dtype``, its most negative value still finite (e.g. a float32 mask in a bfloat16
+    PAL); the mask itself when it already is in ``dtype``."""
+    if mask is None or mask.dtype == dtype:
+        return mask
+    return mask.to(dtype).clamp(min=torch.finfo(dtype).min)
+
+
+def attention_with_dropout(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, dropout: float
+) -> torch.Tensor:
+    """``dropout(softmax(q kᵀ / √d + mask)) v``: what ``scaled_dot_product_attention`` computes with dropout.
+
+    Used on the CPU only, where that function falls back, with dropout, to a generic path that also
+    guards against rows masked entirely with -inf (extra passes over the (B, heads, T, T) scores,
+    forward and backward). The masks here are finite (`additive_mask`), so those passes change nothing
+    and are skipped. Dropout draws the same random numbers as there, and half precision is computed in
+    float32 as there.
+    """
+    dtype = query.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        query, key, value = query.float(), key.float(), value.float()
+        mask = mask.float() if mask is not None else None
+    scores = torch.matmul(query * query.shape[-1] ** -0.5, key.transpose(-1, -2))
+    if mask is not None:
+        scores = scores.add_(mask)  # in place: the matmul's backward needs its inputs, not its output
+    context = torch.matmul(F.dropout(scores.softmax(-1), dropout), value)
+    return context if context.dtype == dtype else context.to(dtype)
 
 
 class ProjectedAttentionLayer(nn.Module):
@@ -127,8 +153,13 @@ class ProjectedAttentionLayer(nn.Module):
         p = Projections(**self.projections) if self.projections is not None else shared
         if p is None:
             raise RuntimeError("this PAL shares V_E/V_D across layers: pass them as `shared`")
-        # Computed in the PAL's own dtype, returned in the model's (e.g. a float32 PAL on a bfloat16 model).
-        x = F.linear(hidden_states.to(p.down_weight.dtype), p.down_weight, p.down_bias)
+        # Computed in the PAL's own dtype, returned in the model's (e.g. a float32 PAL on a bfloat16 model);
+        # no cast at all when they agree, the usual case.
+        pal_dtype, model_dtype = p.down_weight.dtype, hidden_states.dtype
+        x = F.linear(
+            hidden_states if model_dtype == pal_dtype else hidden_states.to(pal_dtype), p.down_weight, p.down_bias
+        )
         if self.inner is not None:
             x = self.inner(x, attention_mask)
-        return self.activation(F.linear(x, p.up_weight, p.up_bias)).to(hidden_states.dtype)
+        out = self.activation(F.linear(x, p.up_weight, p.up_bias))
+        return out if out.dtype == model_dtype else out.to(model_dtype)

@@ -128,8 +128,11 @@ def test_speed_memory_quick_on_a_tiny_model(tmp_path):
         assert {"parallel", "separate", "parallel_over_separate"} <= multi.keys()
     assert [c["what"] for c in data["checks"]] == [
         "PALs forward / base forward",
+        "PALs full fine-tuning step / base full fine-tuning step",
         "PALs training step with the base frozen / full fine-tuning step (base, all weights)",
     ]
+    assert [c["target"] for c in data["checks"]] == ["<= 1.09", "<= 1.12", "<= 0.72"]
+    assert not data["settings"]["compile"] and not any(row["compiled"] for row in data["rows"])
     assert (tmp_path / "speed_memory_tiny.md").exists()
 
 
@@ -269,3 +272,29 @@ def test_speed_memory_takes_old_method_names_with_a_warning(monkeypatch):
         old = speed_memory.parse_args(["--methods", "pals,pals_top", "--parallel-configs", "pals_top"])
     assert (old.methods, old.parallel_configs) == (new.methods, new.parallel_configs)
     assert new.methods == ["pals", "pals_top_layers"] and new.parallel_configs == ["pals_top_layers"]
+
+
+@pytest.mark.compile
+def test_speed_memory_compiled_rows_sit_beside_the_eager_ones(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("speed_memory.py")
+    compile_ = torch.compile
+
+    def without_codegen(model, **options):  # aot_eager: the capture without C++ code generation (seconds)
+        return compile_(model, backend="aot_eager", **options)
+
+    monkeypatch.setattr(torch, "compile", without_codegen)
+    argv = ["--quick", "--model", "tiny", "--methods", "pals", "--tasks", "a,b", "--parallel-configs", "pals"]
+    assert module.main([*argv, "--compile", "--no-memory", "--out-dir", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "speed_memory_tiny.json").read_text())
+    rows = {row["method"]: row for row in data["rows"]}
+    assert set(rows) == {"base", "adapters_init", "pals", "base (compiled)", "pals (compiled)"}
+    assert rows["pals (compiled)"]["compiled"] and not rows["pals"]["compiled"]
+    assert rows["pals (compiled)"]["forward"]["ratio_reference"] == "base (compiled) forward"
+    assert rows["pals (compiled)"]["forward_flops_ratio"] == rows["pals"]["forward_flops_ratio"]
+    assert "first_call_seconds" in rows["pals (compiled)"]["train_full"]
+    whats = [c["what"] for c in data["checks"]]
+    assert len(whats) == 6 and all(w.startswith("compiled ") for w in whats[3:])
+    assert "(compiled)" in (tmp_path / "speed_memory_tiny.md").read_text()

@@ -72,6 +72,11 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
             help="CPU threads of torch (default: torch's own, the OMP_NUM_THREADS environment variable, else one "
             "per core)",
         )
+        p.add_argument(
+            "--compile",
+            action="store_true",
+            help="torch.compile the loaded model first (its first batches compile; see docs/harness.md)",
+        )
         if name == "evaluate":
             p.add_argument(
                 "--max-eval-examples",

@@ -39,6 +39,7 @@ from ..serving.request_files import (
 from ..tasks.file_record import changed_files, locate_task_files
 from ..tasks.readers import BadRow, getter, iter_records
 from ..tasks.splits import load_split
+from ..training.compiling import compile_model
 from ..training.export_checkpoint import export_checkpoint
 from ..training.runner import resolve_task_names, run
 from .options import config_from_args
@@ -70,6 +71,8 @@ def _load_export(task_dir: Path, args):
     spec = _task_files(task_spec_of(manifest, task_dir), manifest, task_dir, args.task_file)
     model = load_task(task_dir, base=args.base_model)
     model.tasks[spec.name] = spec  # the same task; its files (and metrics) as the task file says
+    if getattr(args, "compile", False):
+        model = compile_model(model)
     tokenizer = load_tokenizer(task_dir, base=args.base_model)
     max_length = args.max_length if args.max_length is not None else manifest.max_length or DEFAULT_MAX_LENGTH
     check_max_length(max_length, usable_positions(model.backbone.config), "--max-length")
@@ -256,6 +259,8 @@ def _predict_requests(args) -> None:
     for position, request in enumerate(requests):  # every request checked before the model loads
         checked_request(position, request, tasks)
     predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model, max_length=args.max_length)
+    if args.compile:
+        predictor.model = compile_model(predictor.model)
     answers = predictor.predict(requests)
     write_answers(out, fmt, requests, answers, tasks)
     print(f"{out}: {len(answers)} predictions for tasks {sorted(set(a.task for a in answers))}")

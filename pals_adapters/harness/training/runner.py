@@ -33,6 +33,7 @@ from ..scoring.report import parameter_summary, plot_training, task_metrics
 from ..serving.add_tasks import SharedBase
 from ..tasks.spec import TaskSpec
 from ..tasks.splits import SkippedRows, load_split
+from .compiling import prepare_compile, trainer_compile_environment
 from .run_folder import prepare_run_folder, run_lock
 from .trainer import MultiTaskTrainer
 
@@ -101,6 +102,8 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         mixed=config.batching == "mixed" and config.sampler != "mt_uncertainty",  # MT-U picks its own mix
     )
     evaluate_during = config.eval_steps is not None
+    if config.compile:
+        prepare_compile(len(train))
     args = TrainingArguments(
         output_dir=config.output_dir,
         max_steps=config.max_steps,
@@ -124,6 +127,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         data_seed=config.seed,
         fp16=config.precision == "fp16",
         bf16=config.precision == "bf16",
+        torch_compile=config.compile,
         report_to=list(config.report_to),
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
@@ -173,7 +177,11 @@ def run(config: RunConfig) -> dict:
     plan = plan_run(config)  # every setting checked, the method parsed once: the rest reads the plan
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
     settings = plan.settings
-    with run_lock(plan.output_dir) if writer else contextlib.nullcontext(), torch_threads(settings.threads):
+    with (
+        run_lock(plan.output_dir) if writer else contextlib.nullcontext(),
+        torch_threads(settings.threads),
+        trainer_compile_environment(settings.compile),
+    ):
         resume = prepare_run_folder(settings, plan.task_specs, writer=writer)
         return _train(plan, resume, started)
 

@@ -1,0 +1,148 @@
+"""The PAL's fast paths compute what the paper's formula and the previous implementation computed.
+
+The reference below is the projected attention written out op by op, with the attention-dropout step
+of `scaled_dot_product_attention` (the previous implementation, which the training path replaced),
+so training with dropout keeps both its numbers and its random draws.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pals_adapters.pals.modeling import ProjectedAttentionLayer, ProjectedSelfAttention, mask_in_dtype
+
+HIDDEN, PROJECTED, HEADS = 48, 24, 4
+
+
+def reference_attention(layer: ProjectedSelfAttention, x, mask, dropout_seed=None):
+    """softmax(q kᵀ/√d + mask) v over heads, no output matrix; with a seed, dropout as SDPA applies it."""
+    batch, length, size = x.shape
+    head = size // layer.num_heads
+    q, k, v = (layer.qkv(x)).split(size, dim=-1)
+    q, k, v = (t.reshape(batch, length, layer.num_heads, head).transpose(1, 2) for t in (q, k, v))
+    if dropout_seed is None:
+        scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(head) + (0 if mask is None else mask.float())
+        context = (scores.softmax(-1) @ v.float()).to(x.dtype)
+    else:  # the previous implementation: the same random draws as the fast path must make
+        torch.manual_seed(dropout_seed)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=layer.dropout)
+    return context.transpose(1, 2).reshape(batch, length, size)
+
+
+def reference_pal(pal: ProjectedAttentionLayer, h, mask, dropout_seed=None):
+    """TS(h) = GELU(V_D · MH_small(V_E · h))."""
+    p = pal.projections
+    x = h @ p["down_weight"].T + p["down_bias"]
+    x = reference_attention(pal.inner, x, mask, dropout_seed)
+    return F.gelu(x @ p["up_weight"].T + p["up_bias"])
+
+
+def inputs(dtype, padded=True, batch=3, length=10):
+    generator = torch.Generator().manual_seed(0)
+    h = torch.randn(batch, length, HIDDEN, generator=generator).to(dtype).requires_grad_()
+    if not padded:
+        return h, None
+    keep = torch.ones(batch, length)
+    keep[1, 7:] = 0
+    keep[2, 4:] = 0
+    mask = (1.0 - keep[:, None, None, :]) * torch.finfo(torch.float32).min  # float32, as BERT passes it
+    return h, mask
+
+
+def pal_layer(dtype, dropout=0.1):
+    generator = torch.Generator().manual_seed(1)
+    pal = ProjectedAttentionLayer(
+        HIDDEN, PROJECTED, num_heads=HEADS, attention_dropout=dropout, own_projections=True, generator=generator
+    )
+    with torch.no_grad():  # non-zero biases and peaked attention, so a dropped bias or a wrong scale would show
+        for name, param in pal.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0, 0.02, generator=generator)
+        pal.inner.qkv.weight.normal_(0, 0.5, generator=generator)
+    return pal.to(dtype)
+
+
+TOLERANCE = {torch.float32: 2e-6, torch.bfloat16: 2e-2}
+
+
+def gradients(out, params):
+    return torch.autograd.grad(out.float().square().sum(), params)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("padded", [True, False])
+def test_inference_forward_matches_the_formula(dtype, padded):
+    pal = pal_layer(dtype).eval()
+    h, mask = inputs(dtype, padded)
+    with torch.no_grad():
+        out = pal(h, mask)
+        expected = reference_pal(pal, h, mask)
+    assert out.dtype == dtype
+    assert torch.allclose(out.float(), expected.float(), atol=TOLERANCE[dtype]), (out - expected).abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_with_dropout_matches_the_previous_path_draw_for_draw(dtype):
+    pal = pal_layer(dtype, dropout=0.3).train()
+    h, mask = inputs(dtype)
+    params = [h, *pal.parameters()]
+    torch.manual_seed(7)
+    out = pal(h, mask)
+    expected = reference_pal(pal, h, mask, dropout_seed=7)
+    # The same seed must give the same dropout pattern: a different one would differ by far more than rounding.
+    assert torch.allclose(out.float(), expected.float(), atol=TOLERANCE[dtype]), (out - expected).abs().max()
+    for got, want in zip(gradients(out, params), gradients(expected, params)):
+        assert torch.allclose(got.float(), want.float(), atol=TOLERANCE[dtype] * 10, rtol=1e-3)
+    torch.manual_seed(8)
+    assert not torch.allclose(pal(h, mask), out), "dropout should change with the seed"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_without_dropout_matches_the_formula_with_gradients(dtype):
+    pal = pal_layer(dtype, dropout=0.0).train()
+    h, mask = inputs(dtype)
+    params = [h, *pal.parameters()]
+    out, expected = pal(h, mask), reference_pal(pal, h, mask)
+    assert torch.allclose(out.float(), expected.float(), atol=TOLERANCE[dtype])
+    for got, want in zip(gradients(out, params), gradients(expected, params)):
+        assert torch.allclose(got.float(), want.float(), atol=TOLERANCE[dtype] * 10, rtol=1e-2)
+
+
+def test_float32_mask_in_a_bfloat16_pal_stays_finite_and_masks():
+    mask = torch.tensor([0.0, torch.finfo(torch.float32).min])
+    cast = mask_in_dtype(mask, torch.bfloat16)
+    assert cast.dtype == torch.bfloat16 and torch.isfinite(cast).all() and cast[1] < -1e30
+    assert mask_in_dtype(mask, torch.float32) is mask  # no copy when the dtypes agree
+    assert mask_in_dtype(None, torch.bfloat16) is None
+
+
+def test_float32_pal_on_a_bfloat16_model_returns_the_model_dtype():
+    pal = pal_layer(torch.float32).eval()
+    h, mask = inputs(torch.bfloat16)
+    with torch.no_grad():
+        out = pal(h, mask)
+        expected = reference_pal(pal, h.float(), mask)
+    assert out.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), expected, atol=1e-2)
+
+
+def test_training_off_the_cpu_keeps_sdpa_with_its_own_dropout(monkeypatch):
+    from pals_adapters.pals import modeling
+
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("dropout_p", 0.0))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(modeling.F, "scaled_dot_product_attention", recording)
+    pal = pal_layer(torch.float32, dropout=0.3).train()
+    h, mask = inputs(torch.float32)
+    pal(h, mask)
+    assert calls == []  # on the CPU: the PAL's own attention with dropout
+    # Elsewhere (a GPU's fused kernels draw their own dropout): SDPA with dropout_p. A meta tensor stands in.
+    pal.to("meta")(h.detach().to("meta"), mask.to("meta"))
+    assert calls == [0.3]
