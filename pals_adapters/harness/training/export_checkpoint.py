@@ -93,6 +93,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
         tokenizer=tokenizer,
         max_length=config.max_length,
         evaluation=evaluation_record(config),
+        run_config=config,  # the task cards' training section
     )
     return {name: str(path) for name, path in exported.items()}
 
@@ -115,5 +116,6 @@ def _export_added(config: RunConfig, specs: dict, shared: SharedBase, model) -> 
         evaluation=evaluation_record(config),
         # into its own export, the run's tasks are exported again (as any run's re-export replaces its tasks)
         replace=shared.export_dir.resolve() == Path(config.add_to).resolve(),
+        run_config=config,  # the task cards' training section
     )
     return {name: str(path) for name, path in exported.items()}

@@ -288,6 +288,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
                 tokenizer=tokenizer,
                 evaluation=evaluation_record(config),
                 replace=config.replace,
+                run_config=config,  # the task cards' training section
             )
             results["exports"] = {task: str(path) for task, path in exported.items()}
         elif plan.export_dir is not None:
@@ -300,6 +301,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
                 tokenizer=tokenizer,
                 max_length=config.max_length,
                 evaluation=evaluation_record(config),
+                run_config=config,  # the task cards' training section
             )
             results["exports"] = {task: str(path) for task, path in exported.items()}
         out.mkdir(parents=True, exist_ok=True)

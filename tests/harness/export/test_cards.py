@@ -364,3 +364,20 @@ def test_settings_of_any_shape_are_written_and_a_failed_card_never_fails_the_exp
     export_run(model, tmp_path / "b", **kwargs)
     assert not (tmp_path / "b" / "rte" / "README.md").exists() and list(load_task(tmp_path / "b" / "rte").tasks)
     assert "no model card for rte (ValueError: a bug in the card)" in caplog.text
+
+
+def test_a_harness_run_and_its_re_export_write_the_training_command_into_the_cards(tiny_model_dir, tmp_path):
+    from pathlib import Path
+
+    from helpers import tiny_run_config
+
+    from pals_adapters.harness.cli import main
+    from pals_adapters.harness.training.runner import run
+
+    config = tiny_run_config(tiny_model_dir, tmp_path / "run", tasks=["rte"], max_steps=2, save_steps=2)
+    results = run(config)
+    main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "again")])
+    for card in (Path(results["exports"]["rte"]) / "README.md", tmp_path / "again" / "rte" / "README.md"):
+        text = card.read_text()
+        assert "pals-bench train \\\n  --model" in text and "--max-steps 2" in text
+        assert "The run's settings are in `run_config.json`" not in text
