@@ -377,7 +377,7 @@ def test_a_harness_run_and_its_re_export_write_the_training_command_into_the_car
     config = tiny_run_config(tiny_model_dir, tmp_path / "run", tasks=["rte"], max_steps=2, save_steps=2)
     results = run(config)
     main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "again")])
-    for card in (Path(results["exports"]["rte"]) / "README.md", tmp_path / "again" / "rte" / "README.md"):
-        text = card.read_text()
+    for readme in (Path(results["exports"]["rte"]) / "README.md", tmp_path / "again" / "rte" / "README.md"):
+        text = readme.read_text()
         assert "pals-bench train \\\n  --model" in text and "--max-steps 2" in text
         assert "The run's settings are in `run_config.json`" not in text
