@@ -28,8 +28,9 @@ Parts (the bundled MiniLM, base frozen, batches of 16 examples of at most 64 tok
          rate), Houlsby, PALs with per-layer V_E/V_D (pals_no_share), and PALs without the GELU after V_D
          (the paper's equation; the GELU is the authors' code). With the base frozen CoLA needs more steps
          than the multi-task budget gives it.
-- addto: a PALs export of SST-2, MRPC and RTE trained with the base fine-tuned (600 steps, lr 1e-4), then
-         CoLA added to a copy of it with add_to (base frozen, as the cola part), default and one learning rate.
+- addto: an export of SST-2, MRPC and RTE trained with the base fine-tuned (600 steps, lr 1e-4), then CoLA
+         added to a copy of it with add_to (base frozen, as the cola part): PALs (default and one learning
+         rate) and Houlsby (its own export).
 
 Every run is cached in <cache>/<run id>/results.json; rerun the same command to continue (a run
 interrupted midway starts again). One run at a time, one torch thread by default:
@@ -137,11 +138,13 @@ PARTS = {
         [
             ("pals", "PALs, CoLA added to the export", "pals", True, True),
             ("pals-onelr", "PALs, CoLA added to the export, one learning rate", "pals", True, False),
+            ("houlsby", "Houlsby, CoLA added to its export", "houlsby", True, None),
         ],
     ),
 }
-# The export CoLA is added to: PALs on SST-2, MRPC and RTE with the base fine-tuned (the harness default)
-ADDTO_BASE = dict(tasks=["sst2", "mrpc", "rte"], method="pals", base="finetune", lr=1e-4, max_steps=600, export=True)
+# The export CoLA is added to: the row's method on SST-2, MRPC and RTE with the base fine-tuned (the harness
+# default); run id addto-base (PALs) or addto-base-<method>
+ADDTO_BASE = dict(tasks=["sst2", "mrpc", "rte"], base="finetune", lr=1e-4, max_steps=600, export=True)
 TARGET = 80.0  # PALs' STS-B Pearson with the base frozen
 
 
@@ -165,15 +168,16 @@ def run_config(part, method, at_mean, scaled, glue_dir, add_to=None):
     )
 
 
-def addto_export(cache: Path, key: str, glue_dir: str, train: bool = True) -> str | None:
-    """A fresh copy of the trained ADDTO_BASE export for the row ``key`` (None: not trained yet)."""
-    base = run_cached(cache, "addto-base", RunConfig(**{**COMMON, **ADDTO_BASE, "glue_dir": glue_dir}), train)
-    if base is None:
+def addto_export(cache: Path, key: str, method: str, glue_dir: str, train: bool = True) -> str | None:
+    """A fresh copy of the trained ADDTO_BASE export of ``method`` for the row ``key`` (None: not trained yet)."""
+    name = "addto-base" if method == "pals" else f"addto-base-{method}"
+    config = RunConfig(**{**COMMON, **ADDTO_BASE, "method": method, "glue_dir": glue_dir})
+    if run_cached(cache, name, config, train) is None:
         return None
     copy = cache / f"addto-{key}-export"
     if train and not (cache / run_id("addto", key) / "results.json").exists():
         shutil.rmtree(copy, ignore_errors=True)  # a run interrupted midway starts again from the export
-        shutil.copytree(cache / "addto-base" / "export", copy)
+        shutil.copytree(cache / name / "export", copy)
     return str(copy)
 
 
@@ -181,18 +185,21 @@ def row_config(cache, part, key, method, at_mean, scaled, glue_dir, train=True):
     """The run of one row (None: the export it adds to is not trained yet)."""
     if part != "addto":
         return run_config(part, method, at_mean, scaled, glue_dir)
-    export = addto_export(cache, key, glue_dir, train)
+    export = addto_export(cache, key, method, glue_dir, train)
     return None if export is None else run_config(part, method, at_mean, scaled, glue_dir, add_to=export)
 
 
 def run_cached(cache: Path, name: str, config: RunConfig, train: bool = True) -> dict | None:
-    """One harness run, or its cached results when the settings are the same (None: not run yet)."""
+    """One harness run, or its cached results when the settings are the same (None: not run yet). With
+    add_to, the run records the export's base folder as its model and the export's absolute path: the row's
+    own export copy, compared by the row, not by path."""
     folder = cache / name
     config.output_dir = str(folder)
     cached = folder / "results.json"
     if cached.exists():
         results = json.loads(cached.read_text())
-        if same_settings(results["config"], config):
+        ignore = ("resume", "output_dir") + (("model", "add_to") if config.add_to else ())
+        if same_settings(results["config"], config, ignore=ignore):
             return results
     if not train:
         return None
