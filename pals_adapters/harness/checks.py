@@ -28,7 +28,6 @@ from .tasks.glue import GLUE_TASKS, get_task
 from .tasks.spec import TaskSpec
 from .tasks.splits import SOURCES, resolve_glue_dir
 from .tasks.user_tasks import load_task_specs
-from .training.sharding import check_fsdp_options
 
 # --------------------------------------------------------------------------- values
 
@@ -71,7 +70,6 @@ def check_values(config) -> None:
             f"select_best: save_steps={config.save_steps} must be a multiple of eval_steps={config.eval_steps} "
             "(the best checkpoint is chosen among evaluated ones)"
         )
-    check_fsdp_options(config)
     if not config.output_dir:
         raise ConfigError("output_dir: give a folder")
     if Path(config.output_dir).exists() and not Path(config.output_dir).is_dir():

@@ -49,7 +49,8 @@ def check_fsdp_options(config) -> None:
 
 
 def check_fsdp_launch(config) -> None:
-    """Before the run folder is touched: a sharded run needs a distributed launch of 2 ranks or more."""
+    """Before the run folder is touched: known FSDP options, and a distributed launch of 2 ranks or more."""
+    check_fsdp_options(config)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if config.fsdp and world_size < 2:
         raise ConfigError(
