@@ -51,6 +51,13 @@ def check_fsdp_options(config) -> None:
 def check_fsdp_launch(config) -> None:
     """Before the run folder is touched: known FSDP options, and a distributed launch of 2 ranks or more."""
     check_fsdp_options(config)
+    if config.fsdp and config.batching == "mixed":
+        # ranks whose batches hold different tasks give gradients to different task weights, and the
+        # sharded gradient reduction then mismatches across ranks (seen: a gloo collective mismatch)
+        raise ConfigError(
+            "fsdp: --batching mixed is not supported with sharded training yet (ranks with different tasks "
+            "in their batches reduce different gradients); use --batching per-task, or DDP without --fsdp"
+        )
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if config.fsdp and world_size < 2:
         raise ConfigError(

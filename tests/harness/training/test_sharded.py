@@ -349,3 +349,15 @@ def test_every_encoder_layer_is_found_though_adapters_gives_each_its_own_class()
     layers = encoder_layers(model)
     assert len(layers) == 3 and layers is model.encoder.layer
     assert len({type(layer) for layer in layers}) == 3  # why accelerate's match by class name would miss two
+
+
+@needs_glue
+def test_mixed_batches_with_fsdp_are_refused_before_anything_is_written(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as under a launcher: the mixed-batch check comes first
+    config = RunConfig(
+        model=str(tiny_model_dir), tasks=["rte", "mrpc"], glue_dir=str(GLUE), output_dir=str(tmp_path / "run")
+    )
+    config.fsdp, config.batching = True, "mixed"
+    with pytest.raises(ConfigError, match="--batching mixed is not supported with sharded training"):
+        harness.run(config)
+    assert not (tmp_path / "run").exists()
