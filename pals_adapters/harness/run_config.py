@@ -146,6 +146,12 @@ class RunConfig:
         "CPU threads of torch for this run (torch.set_num_threads); default: torch's own, the OMP_NUM_THREADS "
         "environment variable, else one per core",
     )
+    fsdp: bool = _setting(
+        False,
+        "shard weights, gradients and optimizer state over the ranks of a distributed launch (FSDP2 through "
+        "accelerate, one unit per encoder layer; torchrun or accelerate launch, docs/scaling-out.md)",
+    )
+    fsdp_options: list[str] = _setting([], "with fsdp: name=true|false settings; reshard_after_forward (default true)")
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
     add_to: str | None = _setting(
         None,

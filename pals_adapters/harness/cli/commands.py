@@ -41,12 +41,14 @@ from ..tasks.readers import BadRow, getter, iter_records
 from ..tasks.splits import load_split
 from ..training.compiling import compile_model
 from ..training.export_checkpoint import export_checkpoint
-from ..training.runner import resolve_task_names, run
+from ..training.runner import resolve_task_names, run, trainer_is_writer
 from .options import config_from_args
 
 
 def cmd_train(args) -> None:
     results = run(config_from_args(args))
+    if not trainer_is_writer():  # under torchrun the table is rank 0's
+        return
     print(results_table(results))
     never = never_predicted(results.get("per_class", {}))
     for line in never:

@@ -54,10 +54,39 @@ def _file_problem(path: Path) -> str | None:
     return None
 
 
+# A sharded (FSDP) checkpoint: torch.distributed.checkpoint folders, whose .metadata is written last.
+SHARDED_MODEL = "pytorch_model_fsdp_0"
+SHARDED_CHECKPOINT_FILES = (f"{SHARDED_MODEL}/.metadata", "optimizer_0/.metadata", "scheduler.pt", "trainer_state.json")
+
+
+def is_sharded(path: str | Path) -> bool:
+    """Whether ``path`` is a checkpoint of a sharded (FSDP) run."""
+    return (Path(path) / SHARDED_MODEL).is_dir()
+
+
+def saved_rank_count(path: str | Path) -> int:
+    """How many ranks wrote the checkpoint: the Trainer saves one RNG state per rank (rng_state_R.pth),
+    a single process one rng_state.pth."""
+    return max(1, len(list(Path(path).glob("rng_state_*.pth"))))
+
+
+def check_rank_count(path: str | Path, world_size: int) -> None:
+    """A sharded checkpoint resumes only on as many ranks as wrote it: each rank reads back its own data
+    position and RNG state, and its share of the task batches depends on the rank count."""
+    if is_sharded(path) and saved_rank_count(path) != world_size:
+        raise ConfigError(
+            f"resume: {path} is a sharded checkpoint written by {saved_rank_count(path)} ranks, and this launch "
+            f"has {world_size}; its per-rank RNG states and batch shares do not reshard. Launch "
+            f"{saved_rank_count(path)} ranks (e.g. torchrun --nproc-per-node {saved_rank_count(path)}), "
+            "or start a new run"
+        )
+
+
 def checkpoint_problem(path: str | Path) -> str | None:
     """Why the checkpoint folder cannot be resumed from (a file missing, truncated or corrupted), or None."""
     path = Path(path)
-    missing = [name for name in CHECKPOINT_FILES if not (path / name).is_file()]
+    needed = SHARDED_CHECKPOINT_FILES if is_sharded(path) else CHECKPOINT_FILES
+    missing = [name for name in needed if not (path / name).is_file()]
     if missing:
         return f"{', '.join(missing)} missing"
     for file in sorted(path.iterdir()):

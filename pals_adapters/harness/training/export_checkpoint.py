@@ -18,8 +18,9 @@ from ..methods.registry import current_name, get_method
 from ..run_config import RunConfig
 from ..serving.add_tasks import SharedBase, check_new_tasks, export_tokenizer, shared_base_of
 from ..tasks.spec import spec_from_json
-from .checkpoints import RUN_CONFIG, RUN_TASKS, checkpoint_problem, last_complete_checkpoint
+from .checkpoints import RUN_CONFIG, RUN_TASKS, checkpoint_problem, is_sharded, last_complete_checkpoint
 from .runner import evaluation_record
+from .sharding import load_sharded_checkpoint
 
 
 def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict]:
@@ -67,13 +68,20 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             ) from None
         check_new_tasks(shared, (), method)
     checkpoint = checkpoint or last_complete_checkpoint(run_dir)
+    source = shared.source if shared is not None else config.model
+    if is_sharded(checkpoint):  # an FSDP run's checkpoint: its shards are assembled in this one process
+        problem = checkpoint_problem(checkpoint)
+        if problem:
+            raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
+        model = build_model(source, specs, method, config.base)
+        load_sharded_checkpoint(model, Path(checkpoint))
+        return _export(config, specs, shared, model, run_dir, out)
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
         raise ConfigError(f"{weights}: missing; give a checkpoint-N folder of the run")
     problem = checkpoint_problem(checkpoint)
     if problem and "model.safetensors" in problem:
         raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
-    source = shared.source if shared is not None else config.model
     model = build_model(source, specs, method, config.base)
     missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
     # save_model stores tensors shared with another name once: only those may be absent.
@@ -83,6 +91,10 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             f"{weights} does not match the run's model: missing {sorted(set(missing) - aliased)[:4]}, "
             f"unexpected {sorted(unexpected)[:4]}"
         )
+    return _export(config, specs, shared, model, run_dir, out)
+
+
+def _export(config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out) -> dict[str, str]:
     if shared is not None:
         return _export_added(config, specs, shared, model)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))

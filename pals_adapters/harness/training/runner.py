@@ -33,8 +33,10 @@ from ..scoring.report import parameter_summary, plot_training, task_metrics
 from ..serving.add_tasks import SharedBase
 from ..tasks.spec import TaskSpec
 from ..tasks.splits import SkippedRows, load_split
+from .checkpoints import check_rank_count
 from .compiling import prepare_compile, trainer_compile_environment
 from .run_folder import prepare_run_folder, run_lock
+from .sharding import check_fsdp_launch, fsdp_plugin, unsharded_copy
 from .trainer import MultiTaskTrainer
 
 logger = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         example_batch_size=config.batch_size,
         mixed_batches=config.batching == "mixed",
         sampling_epochs=(config.steps_per_epoch, config.max_steps) if config.sampler == "annealed" else None,
+        fsdp_plugin=fsdp_plugin(config.fsdp_options) if config.fsdp else None,
     )
 
 
@@ -175,6 +178,7 @@ def run(config: RunConfig) -> dict:
     before anything is loaded."""
     started = time.time()
     plan = plan_run(config)  # every setting checked, the method parsed once: the rest reads the plan
+    check_fsdp_launch(plan.settings)
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
     settings = plan.settings
     with (
@@ -183,6 +187,8 @@ def run(config: RunConfig) -> dict:
         trainer_compile_environment(settings.compile),
     ):
         resume = prepare_run_folder(settings, plan.task_specs, writer=writer)
+        if resume is not None:
+            check_rank_count(resume, int(os.environ.get("WORLD_SIZE", "1")))
         return _train(plan, resume, started)
 
 
@@ -252,9 +258,15 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
     skipped: list[SkippedRows] = []  # malformed rows that tasks with skip_bad_rows left out (logged, recorded)
     train, dev = load_train_sets(config, specs, tokenizer, skipped), load_dev_sets(config, specs, tokenizer, skipped)
-    model = build_model(base_source, specs, plan.method, plan.base_mode)
-    if config.standardise_targets:
-        model.standardise_targets(regression_label_stats(train, specs))
+    label_stats = regression_label_stats(train, specs) if config.standardise_targets else None
+
+    def new_model():
+        fresh = build_model(base_source, specs, plan.method, plan.base_mode)
+        if label_stats is not None:
+            fresh.standardise_targets(label_stats)
+        return fresh
+
+    model = new_model()
     if shared is not None:
         _check_added_base(config, shared, model, resume)
     elif config.export and trainer_is_writer():
@@ -275,6 +287,8 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
     }
     results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
+    if config.fsdp:  # rank 0 exports full tensors, as a single process would
+        model = unsharded_copy(trainer, new_model)
     if trainer.is_world_process_zero():
         if plan.export_dir is not None and shared is not None:
             exported = export_added_tasks(

@@ -17,6 +17,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 
 from ..data.uncertainty import select_uncertain
 from ..scoring.evaluation import evaluate_tasks
+from .sharding import enable_on_cpu_ranks, shard_encoder_layers
 
 
 @contextlib.contextmanager
@@ -42,8 +43,10 @@ class MultiTaskTrainer(Trainer):
         example_batch_size: int = 32,
         mixed_batches: bool = False,
         sampling_epochs: tuple[int, int] | None = None,
+        fsdp_plugin=None,
         **kwargs,
     ):
+        self.fsdp_plugin = fsdp_plugin  # read by create_accelerator_and_postprocess, inside Trainer.__init__
         super().__init__(*args, **kwargs)
         self.eval_sets = eval_sets or {}
         # (steps_per_epoch, max_steps) of an annealed sampler: its epoch goes into the training log
@@ -56,6 +59,13 @@ class MultiTaskTrainer(Trainer):
         self.mixed_batches = mixed_batches  # MT-Uncertainty's top-b examples as one batch of several tasks
         self._task_mix = Counter()
         self._task_loss = Counter()  # summed training loss per task since the last log line
+
+    def create_accelerator_and_postprocess(self):
+        super().create_accelerator_and_postprocess()
+        if self.fsdp_plugin is not None:  # sharded run: see `sharding` for why the plugin is handed over here
+            enable_on_cpu_ranks(self.accelerator, self.fsdp_plugin)
+            self.is_fsdp_enabled = True
+            shard_encoder_layers(self.model, self.fsdp_plugin)
 
     # The batches are already ordered by step and rank: never shuffle them.
     def _get_train_sampler(self, train_dataset=None):
