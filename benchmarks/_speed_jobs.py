@@ -1,0 +1,217 @@
+"""What speed_memory.py times: the workload, the models of each method, their forward and training steps,
+and the matmul FLOPs a method adds."""
+
+from dataclasses import dataclass
+
+import adapters
+import torch
+import torch.nn.functional as F
+from _common import load_model, model_config
+from adapters import AdapterSetup
+from adapters.composition import Parallel
+from peft import get_peft_model
+
+import pals_adapters  # noqa: F401  (registers the "pals" presets)
+from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
+from pals_adapters.harness.methods.peft_lora import lora_config as peft_lora_config
+from pals_adapters.harness.methods.registry import METHODS
+from pals_adapters.harness.training.compiling import prepare_compile
+
+PAL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers")
+COMPILED = " (compiled)"  # suffix of a row timed through torch.compile
+
+
+def pick_device(name):
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class Workload:
+    """The model's config and the one batch every measurement runs on."""
+
+    config: object
+    device: torch.device
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def tokens(self):
+        return self.input_ids.numel()
+
+    @property
+    def length(self):
+        return self.input_ids.shape[1]
+
+
+def make_workload(model_name, batch, length, device, pad=False):
+    torch.manual_seed(0)
+    config = model_config(model_name)
+    if length > config.max_position_embeddings:
+        raise SystemExit(f"--length {length} exceeds the model's {config.max_position_embeddings} positions")
+    low = min(1000, config.vocab_size // 2)
+    attention_mask = torch.ones(batch, length, dtype=torch.long, device=device)
+    if pad:
+        attention_mask[1::2, length - length // 4 :] = 0
+    return Workload(
+        config=config,
+        device=device,
+        input_ids=torch.randint(low, config.vocab_size, (batch, length), device=device),
+        attention_mask=attention_mask,
+        labels=torch.randint(0, 2, (batch,), device=device),
+    )
+
+
+# --- analytic matmul FLOPs per token (forward) ----------------------------------------------------
+# Base layer: Q/K/V, attention scores and context, output projection, feed-forward.
+# A PAL: V_E, small Q/K/V, small scores and context, V_D. Softmax, LayerNorm, GELU, biases ignored.
+
+
+def base_layer_flops(config, T):
+    d = config.hidden_size
+    return 2 * d * 3 * d + 2 * 2 * T * d + 2 * d * d + 2 * 2 * d * config.intermediate_size
+
+
+def extra_flops(method, config, T):
+    """Extra forward matmul FLOPs per token of ``method`` over the whole encoder."""
+    d, L = config.hidden_size, config.num_hidden_layers
+    if method in PAL_METHODS:
+        pal = adapters.AdapterConfig.load(METHODS[method].adapter_config)
+        ds = pal.projected_size(d)
+        per_layer = 2 * 2 * d * ds
+        if pal.inner == "attention":
+            per_layer += 2 * ds * 3 * ds + 2 * 2 * T * ds
+        return len(pal.layer_indices(L)) * per_layer
+    if method == "houlsby":
+        bottleneck = d // adapters.AdapterConfig.load(METHODS["houlsby"].adapter_config).reduction_factor
+        return L * 2 * (2 * 2 * d * bottleneck)  # two bottlenecks per layer, down and up each
+    if method == "lora":
+        lora = adapters.AdapterConfig.load(METHODS["lora"].adapter_config)
+        return L * len(lora.attn_matrices) * 2 * 2 * d * lora.r  # A then B, unmerged
+    if method == "peft_lora":
+        return L * len(PEFT_LORA_DEFAULTS["target_modules"]) * 2 * 2 * d * PEFT_LORA_DEFAULTS["r"]
+    return 0
+
+
+def flops_ratio(method, config, T):
+    return 1 + extra_flops(method, config, T) / (config.num_hidden_layers * base_layer_flops(config, T))
+
+
+# --- the models: one per method, all alive at once so rounds can interleave -----------------------
+
+
+class Bench:
+    """A model, a task head, and an AdamW optimiser for each training mode."""
+
+    def __init__(self, model, adapter_params, modes, device, compile_options=None):
+        self.model = model.to(device)
+        # what a measurement calls: the model, or its torch.compile wrapper (compiled on its first call)
+        self.runner = self.model if compile_options is None else torch.compile(self.model, **compile_options)
+        self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
+        self.modes = modes
+        self.params = list(self.model.parameters()) + list(self.head.parameters())
+        frozen = list(adapter_params) + list(self.head.parameters())
+        self.trainable = {"train_frozen": {id(p) for p in frozen}, "train_full": {id(p) for p in self.params}}
+        self.optimizers = {}
+        if "train_frozen" in modes:
+            self.optimizers["train_frozen"] = torch.optim.AdamW(frozen, lr=1e-5)
+        if "train_full" in modes:
+            self.optimizers["train_full"] = torch.optim.AdamW(self.params, lr=1e-5)
+
+    def count(self, mode):
+        ids = self.trainable[mode]
+        return sum(p.numel() for p in self.params if id(p) in ids)
+
+
+def method_model(model_name, method):
+    """The base model with one task's parameters of ``method``, and those parameters."""
+    if method == "peft_lora":
+        model = get_peft_model(load_model(model_name), peft_lora_config({}))
+        return model, [p for p in model.parameters() if p.requires_grad]
+    model = load_model(model_name)
+    adapters.init(model)
+    model.add_adapter("task", config=METHODS[method].adapters_config())
+    model.train_adapter("task")  # activates it and freezes the base; we set requires_grad per step anyway
+    return model, [p for p in model.parameters() if p.requires_grad]
+
+
+def build_benches(model_name, methods, device, compile_options=None):
+    """A bench per row; with ``compile_options`` (torch.compile's keywords) the same rows again, compiled."""
+    variants = [("", None)] + ([(COMPILED, compile_options)] if compile_options is not None else [])
+    benches = {}
+    for suffix, options in variants:
+        benches["base" + suffix] = Bench(load_model(model_name), [], ("forward", "train_full"), device, options)
+        if not suffix:
+            wrapped = load_model(model_name)
+            adapters.init(wrapped)  # no adapter: the cost of the adapters library's plumbing alone
+            benches["adapters_init"] = Bench(wrapped, [], ("forward",), device)
+        for method in methods:
+            model, params = method_model(model_name, method)
+            benches[method + suffix] = Bench(model, params, ("forward", "train_frozen", "train_full"), device, options)
+    if compile_options is not None:
+        # As the harness compiles (dropout from torch's own random kernels); each compiled model keeps a
+        # graph per mode (eval, and the two training modes' requires_grad).
+        prepare_compile(num_tasks=4)
+    return benches
+
+
+def build_multitask_models(model_name, presets, tasks, device):
+    """One model per PAL preset, holding one adapter per task, for Parallel(*tasks) vs one forward per task."""
+    models = {}
+    for preset in presets:
+        model = load_model(model_name)
+        adapters.init(model)
+        for task in tasks:
+            model.add_adapter(task, config=preset)
+        models[preset] = model.to(device).eval()
+    return models
+
+
+# --- one measurement of each kind ----------------------------------------------------------------
+
+
+def forward(bench, work):
+    bench.model.eval()
+    for p in bench.params:  # the same flags on every call: a compiled row then always reuses one graph
+        p.requires_grad_(False)
+    with torch.no_grad():
+        bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask)
+
+
+def train_step(bench, mode, work):
+    bench.model.train()
+    trainable = bench.trainable[mode]
+    for p in bench.params:
+        p.requires_grad_(id(p) in trainable)
+    hidden = bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
+    loss = F.cross_entropy(bench.head(hidden[:, 0]), work.labels)
+    loss.backward()
+    optimizer = bench.optimizers[mode]
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # here, so no gradients linger between measurements
+
+
+def parallel_forward(model, tasks, work):
+    with torch.no_grad(), AdapterSetup(Parallel(*tasks)):
+        return model(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
+
+
+def separate_forwards(model, tasks, work):
+    outputs = []
+    with torch.no_grad():
+        for task in tasks:
+            with AdapterSetup(task):
+                outputs.append(model(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state)
+    return outputs
+
+
+def parallel_errors(multitask_models, tasks, work):
+    """Parallel must give each task what its own forward gives (the batch is repeated once per task)."""
+    errors = {}
+    for preset, model in multitask_models.items():
+        parallel = parallel_forward(model, tasks, work)
+        errors[preset] = (parallel - torch.cat(separate_forwards(model, tasks, work))).abs().max().item()
+        print(f"{preset}: Parallel({', '.join(tasks)}) vs separate forwards: max abs difference {errors[preset]:.2e}")
+    return errors
