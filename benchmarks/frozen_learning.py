@@ -23,11 +23,16 @@ Parts (the bundled MiniLM, base frozen, batches of 16 examples of at most 64 tok
          with the head at 0. Target: PALs >= 80 Pearson with the default.
 - multi: CoLA, SST-2, MRPC, STS-B and RTE in one run, annealed sampling (epochs of 100 steps), 1,000 steps,
          seed 42: PALs (default and one learning rate), Houlsby, and PALs with the head at 0.
-- multi3000: the same five tasks with 3,000 steps (epochs of 300): PALs and Houlsby with the defaults.
+- multi3000: the same five tasks with 3,000 steps (epochs of 300): PALs and Houlsby with the defaults,
+         and pals_no_share.
+- multi3000-seed43: multi3000's PALs and Houlsby rows with seed 43.
 - cola:  CoLA alone (all 8,551 training examples), 1,500 steps, seed 42: PALs (default and one learning
          rate), Houlsby, PALs with per-layer V_E/V_D (pals_no_share), and PALs without the GELU after V_D
          (the paper's equation; the GELU is the authors' code). With the base frozen CoLA needs more steps
          than the multi-task budget gives it.
+- cola600, cola600-seed43: CoLA alone with about the budget it gets in multi3000 (4,000 examples, 600 steps),
+         seeds 42 and 43: PALs (default, one learning rate, pals_no_share, without their attention), Houlsby
+         and heads only, also ranked by the dev ROC AUC of their exports (most rows predict one class).
 - addto: an export of SST-2, MRPC and RTE trained with the base fine-tuned (600 steps, lr 1e-4), then CoLA
          added to a copy of it with add_to (base frozen, as the cola part): PALs (default and one learning
          rate) and Houlsby (its own export).
@@ -59,6 +64,7 @@ from _common import (  # noqa: E402
     verdict_line,
     write_results,
 )
+from _frozen_ranking import dev_auc  # noqa: E402
 from _frozen_trace import trace  # noqa: E402
 
 from pals_adapters.harness import RunConfig, run  # noqa: E402
@@ -76,6 +82,15 @@ COMMON = dict(
     logging_steps=50,
     export=False,
 )
+COLA600_ROWS = [
+    ("pals", "PALs", "pals", True, True),
+    ("pals-onelr", "PALs, one learning rate", "pals", True, False),
+    ("pals-noshare", "PALs, V_E/V_D of each layer's own (pals_no_share)", "pals_no_share", True, None),
+    ("pals-noattention", "PALs without their attention (inner='identity')", "pals[inner='identity']", True, True),
+    ("houlsby", "Houlsby", "houlsby", True, None),
+    ("heads", "heads only", "shared", True, None),
+]
+RANKED_PARTS = ("cola600", "cola600-seed43")  # exported, and ranked by dev ROC AUC (_frozen_ranking)
 # part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?,
 # V_E/V_D learning rate divided by the layers sharing them? None: the method has no such weights, run as cached)
 PARTS = {
@@ -126,8 +141,24 @@ PARTS = {
         [
             ("pals", "PALs", "pals", True, True),
             ("houlsby", "Houlsby", "houlsby", True, None),
+            ("pals-noshare", "PALs, V_E/V_D of each layer's own (pals_no_share)", "pals_no_share", True, None),
         ],
     ),
+    # the same run with another seed (data order, initial weights, dropout): how far one seed's gap can be trusted
+    "multi3000-seed43": (
+        FIVE_TASKS,
+        dict(max_steps=3000, steps_per_epoch=300, sampler="annealed", seed=43),
+        [
+            ("pals", "PALs", "pals", True, True),
+            ("houlsby", "Houlsby", "houlsby", True, None),
+        ],
+    ),
+    # CoLA alone with about the steps and examples it gets in multi3000, two seeds: which part of PALs limits
+    # how fast they learn it with the base frozen; ranked by ROC AUC too, as most rows still predict one class
+    **{
+        part: (["cola"], dict(max_steps=600, steps_per_epoch=600, seed=seed), COLA600_ROWS)
+        for part, seed in (("cola600", 42), ("cola600-seed43", 43))
+    },
     # CoLA added with --add-to (the base always frozen) to a three-task PALs export trained with the base
     # fine-tuned (ADDTO_BASE); each row adds it to its own copy of that export
     "addto": (
@@ -156,7 +187,7 @@ def run_config(part, method, at_mean, scaled, glue_dir, add_to=None):
     # without weights shared by layers, where the setting changes nothing (off, as its cached run)
     return RunConfig(
         # an added task is exported into the export it was added to
-        **{**COMMON, **settings, "export": add_to is not None},
+        **{**COMMON, **settings, "export": add_to is not None or part in RANKED_PARTS},
         tasks=tasks,
         method=method,
         standardise_targets=at_mean,
@@ -235,6 +266,7 @@ def report(cache, glue_dir, parts):
             "V_E/V_D lr",
             *tasks,
             *(["avg"] if len(tasks) > 1 else []),
+            *(["cola AUC"] if part in RANKED_PARTS else []),
             "wall s",
         ]
         table, entries = [], []
@@ -248,6 +280,10 @@ def report(cache, glue_dir, parts):
             cells = [score_cell(results, t) for t in tasks]
             average = [f"{100 * results['metrics']['average']:.1f}"] if len(tasks) > 1 else []
             wall = f"{results['wall_seconds']:.0f}"
+            ranked = {}
+            if part in RANKED_PARTS:
+                ranked["cola_auc"] = dev_auc(cache / run_id(part, key), "cola", glue_dir, COMMON["max_eval_examples"])
+                average.append(f"{ranked['cola_auc']:.3f}")
             table.append([name, head_start(tasks, at_mean), shared_lr, *cells, *average, wall])
             entries.append(
                 {
@@ -256,6 +292,7 @@ def report(cache, glue_dir, parts):
                     "head_at_label_mean": at_mean,
                     "scale_shared_lr": scaled,
                     **results["metrics"],
+                    **ranked,
                 }
             )
         steps = settings["max_steps"]
