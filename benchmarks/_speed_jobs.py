@@ -14,7 +14,7 @@ from peft import get_peft_model
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
 from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
 from pals_adapters.harness.methods.peft_lora import lora_config as peft_lora_config
-from pals_adapters.harness.methods.registry import METHODS
+from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.training.compiling import prepare_compile
 
 PAL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers")
@@ -77,20 +77,21 @@ def base_layer_flops(config, T):
 def extra_flops(method, config, T):
     """Extra forward matmul FLOPs per token of ``method`` over the whole encoder."""
     d, L = config.hidden_size, config.num_hidden_layers
-    if method in PAL_METHODS:
-        pal = adapters.AdapterConfig.load(METHODS[method].adapter_config)
+    name = method.partition("[")[0]  # a method with settings, e.g. "pals[hidden_size_aug=64]"
+    if name in PAL_METHODS:
+        pal = adapters.AdapterConfig.load(get_method(method).adapters_config())
         ds = pal.projected_size(d)
         per_layer = 2 * 2 * d * ds
         if pal.inner == "attention":
             per_layer += 2 * ds * 3 * ds + 2 * 2 * T * ds
         return len(pal.layer_indices(L)) * per_layer
-    if method == "houlsby":
-        bottleneck = d // adapters.AdapterConfig.load(METHODS["houlsby"].adapter_config).reduction_factor
+    if name == "houlsby":
+        bottleneck = d // adapters.AdapterConfig.load(get_method(method).adapters_config()).reduction_factor
         return L * 2 * (2 * 2 * d * bottleneck)  # two bottlenecks per layer, down and up each
-    if method == "lora":
-        lora = adapters.AdapterConfig.load(METHODS["lora"].adapter_config)
+    if name == "lora":
+        lora = adapters.AdapterConfig.load(get_method(method).adapters_config())
         return L * len(lora.attn_matrices) * 2 * 2 * d * lora.r  # A then B, unmerged
-    if method == "peft_lora":
+    if name == "peft_lora":
         return L * len(PEFT_LORA_DEFAULTS["target_modules"]) * 2 * 2 * d * PEFT_LORA_DEFAULTS["r"]
     return 0
 
@@ -132,7 +133,7 @@ def method_model(model_name, method):
         return model, [p for p in model.parameters() if p.requires_grad]
     model = load_model(model_name)
     adapters.init(model)
-    model.add_adapter("task", config=METHODS[method].adapters_config())
+    model.add_adapter("task", config=get_method(method).adapters_config())
     model.train_adapter("task")  # activates it and freezes the base; we set requires_grad per step anyway
     return model, [p for p in model.parameters() if p.requires_grad]
 

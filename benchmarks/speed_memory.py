@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
+from pals_adapters.errors import ConfigError
+from pals_adapters.harness.methods.registry import get_method
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
@@ -115,9 +117,15 @@ def parse_args(argv=None):
     if args.compile and args.warmup < 1:
         parser.error("--compile needs --warmup 1 or more: the first call of a compiled row compiles it")
     args.methods = typed_methods(args.methods)
-    unknown = sorted(set(args.methods) - set(ALL_METHODS))
+    # a method may carry settings, e.g. "pals[attention_dropout=0.0]": a row of its own
+    unknown = sorted({m for m in args.methods if m.partition("[")[0] not in ALL_METHODS})
     if unknown:
         parser.error(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
+    for spec in args.methods:
+        try:
+            get_method(spec)
+        except ConfigError as err:
+            parser.error(str(err))
     args.tasks = comma_list(args.tasks)
     args.parallel_configs = typed_methods(args.parallel_configs)
     return args
