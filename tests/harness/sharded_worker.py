@@ -4,8 +4,11 @@
         tests/harness/sharded_worker.py SETTINGS_JSON --hang-after-save STEP
 
 It runs ``pals_adapters.harness.training.runner.run`` with the `RunConfig` settings of SETTINGS_JSON
-(a JSON object). After the checkpoint of step STEP is written, rank 0 writes ``<output_dir>/hanging``
-and every rank sleeps, so that the test can ``kill -9`` the launch at a known point of the run.
+(a JSON object). Once every rank has written its part of the checkpoint of step STEP (a barrier in
+``on_save``, which the Trainer calls after the save), rank R writes its process id to
+``<output_dir>/hanging-R`` and sleeps, so that the test can ``kill -9`` the launch at a known point of
+the run. torchrun starts each rank in a session of its own: killing the launcher's process group
+leaves the ranks running, so the test kills them by these ids.
 """
 
 import argparse
@@ -14,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from pals_adapters.harness.training import runner
@@ -25,8 +29,12 @@ class HangAfterSave(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if state.global_step == self.step:
-            if int(os.environ.get("RANK", "0")) == 0:
-                self.marker.write_text(str(self.step))
+            torch.distributed.barrier()  # every rank's files of the checkpoint are written
+            rank = int(os.environ.get("RANK", "0"))
+            marker = self.marker.with_name(f"{self.marker.name}-{rank}")
+            partial = marker.with_name(f".{marker.name}.tmp")
+            partial.write_text(str(os.getpid()))
+            partial.replace(marker)  # whole, or not there
             time.sleep(600)  # until killed
 
 

