@@ -40,7 +40,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -48,7 +47,9 @@ import torch
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine_info, markdown_table, model_config, write_results  # noqa: E402
+from _common import command_line, machine_info, model_config, write_results  # noqa: E402
+from _sharded_rank import worker  # noqa: E402
+from _sharded_report import measured_markdown, paper_markdown, report_markdown  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
@@ -155,69 +156,6 @@ def paper_rows(models, rank_counts):
 # --- measured ---------------------------------------------------------------------------------------
 
 
-def _status(field: str) -> int:
-    """``VmRSS``/``VmHWM`` of this process in bytes (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    """Sets VmHWM back to the current RSS (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
-def _local_bytes(tensor) -> int:
-    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-    return local.numel() * local.element_size()
-
-
-def worker(settings_json: str) -> None:
-    """One rank of a measured run: `runner.run` with memory readings around the model's build and the
-    training; writes ``<report>-rank<R>.json``."""
-    from transformers import TrainerCallback
-
-    from pals_adapters.harness.training import runner
-
-    settings = json.loads(settings_json)
-    report = Path(settings.pop("report"))
-    record: dict = {}
-    build_model, build_trainer = runner.build_model, runner.build_trainer
-
-    def measured_build_model(*args, **kwargs):
-        if "before_model" not in record:  # the first build (rank 0 builds another for the export at the end)
-            record["before_model"] = _status("VmRSS")
-            _reset_peak()
-        return build_model(*args, **kwargs)
-
-    class Readings(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            record["build_peak"] = _status("VmHWM")  # the model built, sharded (FSDP), wrapped
-            record["train_begin"] = _status("VmRSS")
-            _reset_peak()
-
-        def on_train_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-            record["train_peak"] = _status("VmHWM")
-            record["weights_held"] = sum(_local_bytes(p) for p in model.parameters())
-            inner = getattr(optimizer, "optimizer", optimizer)
-            record["adamw_held"] = sum(
-                _local_bytes(v) for s in inner.state.values() for k, v in s.items() if k in ("exp_avg", "exp_avg_sq")
-            )
-
-    def measured_build_trainer(*args, **kwargs):
-        trainer = build_trainer(*args, **kwargs)
-        trainer.add_callback(Readings())
-        return trainer
-
-    runner.build_model, runner.build_trainer = measured_build_model, measured_build_trainer
-    started = time.monotonic()
-    runner.run(runner.RunConfig(**settings))
-    record["seconds"] = round(time.monotonic() - started, 1)
-    rank = int(os.environ.get("RANK", "0"))
-    report.with_name(f"{report.name}-rank{rank}.json").write_text(json.dumps(record))
-
-
 def measured_config(name: str, vocab_size: int):
     from transformers import BertConfig
 
@@ -299,99 +237,6 @@ def measure(args, work: Path) -> list[dict]:
 # --- report -----------------------------------------------------------------------------------------
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f}"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.0f}"
-
-
-def _engine(row) -> str:
-    return "DDP" if row["engine"] == "ddp" else f"FSDP, {row['ranks']} ranks"
-
-
-def paper_markdown(rows) -> str:
-    header = ["model", "base", "engine", "weights (M)", "trainable (M)", "weights GB", "grads GB", "AdamW GB"]
-    header += ["buckets / gathered GB", "per rank GB"]
-    lines = []
-    for row in rows:
-        parts, groups = row["bytes"], row["groups"]
-        lines.append(
-            [
-                row["model"],
-                row["base"],
-                _engine(row),
-                f"{groups['total'] / 1e6:.2f}",
-                f"{groups['trainable'] / 1e6:.2f}",
-                _gb(parts["weights"]),
-                _gb(parts["grads"]),
-                _gb(parts["adamw"]),
-                _gb(parts["extra"]),
-                _gb(parts["total"]),
-            ]
-        )
-    return markdown_table(header, lines)
-
-
-def measured_markdown(rows) -> str:
-    header = ["base", "engine", "paper per rank MiB", "measured: training peak - before model, MiB (rank 0 / 1)"]
-    header += ["weights + AdamW held: paper / measured MiB", "peak before training - before model, MiB", "s per run"]
-    lines = []
-    for row in rows:
-        paper, ranks = row["paper"], row["measured"]
-        held = ranks[0]["weights_held"] + ranks[0]["adamw_held"]
-        lines.append(
-            [
-                row["base"],
-                _engine(row),
-                _mib(paper["total"]),
-                " / ".join(_mib(r["train_peak"] - r["before_model"]) for r in ranks),
-                f"{_mib(paper['weights'] + paper['adamw'])} / {_mib(held)}",
-                " / ".join(_mib(r["build_peak"] - r["before_model"]) for r in ranks),
-                f"{max(r['seconds'] for r in ranks):.0f}",
-            ]
-        )
-    return markdown_table(header, lines)
-
-
-def report_markdown(data) -> str:
-    machine = data["machine"]
-    text = [
-        "# Sharded training: memory per rank, DDP against FSDP2",
-        "",
-        f"`{data['command']}`",
-        "",
-        f"{machine['cpu_model']}, {machine['cpu_count']} cores; torch {machine['torch']}, "
-        f"transformers {machine['transformers']}, adapters {machine['adapters']}; {machine['date']}.",
-        "",
-        f"## On paper: PALs on the {len(PAPER_TASKS)} GLUE tasks, fp32, per rank",
-        "",
-        "Weights, gradients and AdamW's two moments (activations not included: they are the same for DDP and",
-        "FSDP, one batch per rank). DDP adds its gradient buckets; FSDP what it gathers while a step runs (the",
-        "root unit's weights, twice while they are copied out of the all-gather buffer, and its gradients; two",
-        "encoder layers' weights and one layer's gradients), summed as if held at once.",
-        "",
-        paper_markdown(data["paper"]),
-    ]
-    if data.get("measured"):
-        m = data["measured_settings"]
-        text += [
-            "",
-            f"## Measured: 2 CPU ranks (gloo), {m['model']} config-built BERT (d={m['hidden_size']}, "
-            f"{m['layers']} layers, {m['weights'] / 1e6:.1f}M weights with PALs), {', '.join(MEASURED_TASKS)}",
-            "",
-            f"{m['steps']} steps of batch {m['batch_size']} x {m['max_length']} tokens per rank. Resident memory "
-            "(RSS) of each rank: its peak during training less its RSS just before the model was built, next to "
-            "the paper figure for this model; the weights and AdamW moments each rank holds at the end "
-            "(tensor bytes, rank 0); and the peak from before the model until training starts (the whole model "
-            "is built on every rank before it is sharded; DDP allocates its buckets).",
-            "",
-            measured_markdown(data["measured"]),
-        ]
-    return "\n".join(text)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
@@ -412,6 +257,7 @@ def main(argv=None) -> int:
         config = MEASURED_SHAPES[args.measure_model]
         data["measured_settings"] = {
             "model": args.measure_model,
+            "tasks": list(MEASURED_TASKS),
             "hidden_size": config["hidden_size"],
             "layers": config["num_hidden_layers"],
             "weights": data["measured"][0]["groups"]["total"],
