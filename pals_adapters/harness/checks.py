@@ -93,7 +93,10 @@ def check_choices(config, method: Method) -> None:
     if config.alpha is not None and (config.sampler != "temperature" or not 0 <= config.alpha < math.inf):
         raise ConfigError(f"alpha={config.alpha}: only for sampler temperature, a finite number >= 0")
     if config.sampler == "mt_uncertainty" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("sampler mt_uncertainty runs in one process (it scores every task per step)")
+        raise ConfigError(
+            "sampler mt_uncertainty (CA-MTL's default) runs in one process (it scores every task per step); for "
+            "a distributed run (DDP or --fsdp) choose another sampler, e.g. --sampler annealed"
+        )
     if config.batching not in BATCHINGS:
         raise UnknownNameError("batching", config.batching, BATCHINGS)
     if config.batching == "mixed":

@@ -74,6 +74,11 @@ class MethodBackend:
             f"method {self.method.name!r} cannot train several tasks in one batch; use --batching per-task"
         )
 
+    def layers_read_early(self, model: MultiTaskModel) -> list[nn.Module]:
+        """Encoder layers holding weights that are read before the layer's own forward runs; sharded training
+        keeps them out of the per-layer units (see `pals_adapters.harness.training.sharding`)."""
+        return []
+
     def after_encoder(
         self, model: MultiTaskModel, task: str, sequence: torch.Tensor, attention_mask: torch.Tensor | None
     ) -> torch.Tensor:

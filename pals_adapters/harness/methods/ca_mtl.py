@@ -6,6 +6,7 @@ from __future__ import annotations
 from adapters import AdapterConfig
 
 from ...ca_mtl import SUPPORTED_MODEL_TYPES, load_shared_state_dict, shared_state_dict, trainable_shared_parameters
+from ...ca_mtl.layer import CAMTLTaskEmbeddings
 from ...errors import AdapterLoadError, ConfigError
 from .adapter_configs import AdapterConfigBackend
 from .backend import register_backend
@@ -35,6 +36,12 @@ class CAMTLBackend(AdapterConfigBackend):
                 f"max_length <= {config.max_seq_length}, or a layout that covers the inputs (the method setting "
                 f"max_seq_length={max_length})"
             )
+
+    def layers_read_early(self, model):
+        # the task embeddings sit in layer 0 (adapters' per-layer machinery saves and loads them) and are read
+        # by the embeddings' forward hook, before layer 0 runs
+        layers = [layer for _, layer in model.backbone.base_model.iter_layers()]
+        return [layer for layer in layers if isinstance(getattr(layer, "ca_mtl_tasks", None), CAMTLTaskEmbeddings)]
 
     def trainable_shared_parameters(self, model):
         # the conditional modules, the layers above the frozen bottom ones and the pooler (per the config);

@@ -51,13 +51,6 @@ def check_fsdp_options(config) -> None:
 def check_fsdp_launch(config) -> None:
     """Before the run folder is touched: known FSDP options, and a distributed launch of 2 ranks or more."""
     check_fsdp_options(config)
-    if config.fsdp and config.batching == "mixed":
-        # ranks whose batches hold different tasks give gradients to different task weights, and the
-        # sharded gradient reduction then mismatches across ranks (seen: a gloo collective mismatch)
-        raise ConfigError(
-            "fsdp: --batching mixed is not supported with sharded training yet (ranks with different tasks "
-            "in their batches reduce different gradients); use --batching per-task, or DDP without --fsdp"
-        )
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if config.fsdp and world_size < 2:
         raise ConfigError(
@@ -102,10 +95,16 @@ def fsdp_plugin(options: list[str]):
 
 def shard_encoder_layers(model: nn.Module, plugin) -> None:
     """One FSDP2 unit per encoder layer (torch's `fully_shard`, with the plugin's settings, as accelerate
-    calls it); accelerate then shards the root: embeddings, task heads and poolers."""
+    calls it); accelerate then shards the root: embeddings, task heads and poolers. A layer whose weights
+    are read before its own forward runs (the method's backend names it: CA-MTL's task embeddings sit in
+    layer 0 and are read by a hook of the embeddings) is left to the root unit, which stays gathered from
+    its forward to its backward: as a unit of its own, its weights would still be sharded when read."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    read_early = {id(layer) for layer in model.backend.layers_read_early(model)}
     for layer in encoder_layers(model):
+        if id(layer) in read_early:
+            continue
         fully_shard(
             layer,
             reshard_after_forward=plugin.reshard_after_forward,
@@ -157,3 +156,50 @@ def load_sharded_checkpoint(model: nn.Module, checkpoint_dir) -> None:
     state = {"model": model.state_dict()}
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(checkpoint_dir / SHARDED_MODEL)))
     model.load_state_dict(state["model"])
+
+
+class MixedBatchGradients:
+    """Sharded training on batches that mix tasks: every rank reduces a gradient for every trainable weight,
+    and AdamW then skips exactly the weights that DDP's reducer would leave without a gradient.
+
+    Why: FSDP2 reduce-scatters, per unit, the gradients its rank has. In a mixed batch a task missing from
+    one rank's rows but present on another's leaves its head (and first-token pooler) without a gradient
+    on the first rank only (`MultiTaskModel.forward_mixed` scores the tasks present), so the ranks'
+    reduce-scatters of the root unit differ in size: gloo aborts ("a distributed collective mismatch"),
+    NCCL may hang. (The tasks' encoder weights do not cause it: adapters' ``MultiTask`` block runs every
+    task's adapter, on no rows when the task has none, which gives a zero gradient on every rank.)
+
+    What: torch's own remedy, ``set_reduce_scatter_unused_params(True)`` (FSDP2's counterpart of DDP's
+    ``find_unused_parameters``): a weight without a gradient on a rank takes part with zeros there, so the
+    reduced gradient is the same mean over ranks as DDP's. It also gives zeros to the heads of tasks that no
+    rank's batch held, which DDP leaves untouched (None: no AdamW step, no weight decay); a step's tasks are
+    therefore gathered from every rank (one all-reduce of a flag per task) and, after the backward, the head
+    weights of the tasks of no rank get their gradient back to None. The rows' outputs and the forward are
+    not touched; one-process and DDP runs do not use this class."""
+
+    def __init__(self, task_count: int):
+        self.task_count = task_count
+        self.present: torch.Tensor | None = None  # tasks of any rank's rows since the last optimiser step
+        self.enabled = False
+
+    def before_forward(self, model: nn.Module, task_ids: torch.Tensor) -> None:
+        """Every rank, before a mixed batch's forward (a collective)."""
+        import torch.distributed as dist
+
+        if not self.enabled:  # the root unit exists once accelerate has prepared the model
+            model.set_reduce_scatter_unused_params(True)
+            self.enabled = True
+        local = (torch.bincount(task_ids, minlength=self.task_count) > 0).to(torch.int32)
+        dist.all_reduce(local, op=dist.ReduceOp.MAX)
+        self.present = local if self.present is None else torch.maximum(self.present, local)
+
+    def after_backward(self, model) -> None:
+        """After the backward of the step's last batch (its gradients reduced): the head weights of the tasks
+        no rank had go back to no gradient, as under DDP and in one process."""
+        if self.present is None:
+            return
+        for index, task in enumerate(model.tasks):
+            if not self.present[index]:
+                for param in model.task_head(task).parameters():
+                    param.grad = None
+        self.present = None

@@ -17,7 +17,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 
 from ..data.uncertainty import select_uncertain
 from ..scoring.evaluation import evaluate_tasks
-from .sharding import enable_on_cpu_ranks, shard_encoder_layers
+from .sharding import MixedBatchGradients, enable_on_cpu_ranks, shard_encoder_layers
 
 
 @contextlib.contextmanager
@@ -57,6 +57,10 @@ class MultiTaskTrainer(Trainer):
         # Trainer sees one item per step (a whole batch); this is the number of examples in it.
         self.example_batch_size = example_batch_size
         self.mixed_batches = mixed_batches  # MT-Uncertainty's top-b examples as one batch of several tasks
+        # sharded and mixed: every rank reduces every task weight's gradient (see `MixedBatchGradients`)
+        self._mixed_gradients = None
+        if fsdp_plugin is not None and mixed_batches:
+            self._mixed_gradients = MixedBatchGradients(len(self.accelerator.unwrap_model(self.model).tasks))
         self._task_mix = Counter()
         self._task_loss = Counter()  # summed training loss per task since the last log line
 
@@ -102,6 +106,12 @@ class MultiTaskTrainer(Trainer):
                 self.optimizer = torch.optim.AdamW(groups, **settings)
         return self.optimizer
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._mixed_gradients is not None and self.accelerator.sync_gradients:
+            self._mixed_gradients.after_backward(self.accelerator.unwrap_model(model))
+        return loss
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if "candidates" in inputs:
             loss = self._uncertainty_loss(model, inputs["candidates"])
@@ -112,6 +122,8 @@ class MultiTaskTrainer(Trainer):
             names = list(base.tasks)
             for index, count in zip(*torch.unique(inputs["task_ids"], return_counts=True)):
                 self._task_mix[names[int(index)]] += int(count) / len(inputs["task_ids"])
+            if self._mixed_gradients is not None:
+                self._mixed_gradients.before_forward(model, inputs["task_ids"])
             outputs = model(**inputs)
             return (outputs["loss"], outputs) if return_outputs else outputs["loss"]
         task = inputs.pop("task")
