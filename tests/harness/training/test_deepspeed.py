@@ -7,7 +7,9 @@ The launched tests skip where deepspeed cannot be imported (it is the optional e
 
 import importlib.util
 import json
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import safetensors.torch
@@ -53,23 +55,51 @@ def optimizer_elements(step_dir) -> int:
     return total
 
 
+def zero_options(model: str, out, base: str, config_path: str) -> list[str]:
+    """A 2-rank PALs run's options: 4 steps, DeepSpeed checkpoints at steps 2 and 4, weight decay 0.1
+    (a frozen parameter in the optimizer would move)."""
+    return [
+        *("-m", "pals_adapters.harness.cli", "train", "--model", model, "--tasks", "rte", "stsb"),
+        *("--glue-dir", str(GLUE), "--data-source", "local", "--max-steps", "4", "--steps-per-epoch", "2"),
+        *("--batch-size", "4", "--max-length", "48", "--lr", "1e-3", "--max-train-examples", "16"),
+        *("--max-eval-examples", "8", "--eval-batch-size", "8", "--logging-steps", "1", "--save-steps", "2"),
+        *("--weight-decay", "0.1", "--method", "pals", "--base", base, "--output-dir", str(out)),
+        *("--deepspeed", config_path),
+    ]
+
+
+def launch(options: list[str]) -> dict:
+    """torchrun, 2 ranks, bounded; the run's results."""
+    code, output = finish(start(torchrun(*options)))
+    assert code == 0, output[-4000:]
+    return json.loads((Path(options[options.index("--output-dir") + 1]) / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def zero_runs(tmp_path_factory, tiny_model_dir):
+    """The runs of this module, launched once each on first use: {(stage, base): (folder, results)}."""
+    root = tmp_path_factory.mktemp("deepspeed")
+    shutil.copytree(tiny_model_dir, root / "model")
+    runs = {}
+
+    def get(stage: int, base: str):
+        if (stage, base) not in runs:
+            folder = root / f"zero{stage}-{base}"
+            folder.mkdir()
+            config_path = zero_config(folder / "ds.json", stage)
+            out = folder / "run"
+            runs[stage, base] = out, launch(zero_options(str(root / "model"), out, base, config_path))
+        return runs[stage, base]
+
+    return get
+
+
 @pytest.mark.slow
 @needs_deepspeed
 @needs_glue
 @pytest.mark.parametrize("stage, base", [(2, "frozen"), (3, "finetune")])
-def test_a_deepspeed_run_exports_what_one_process_evaluates_to_its_scores(stage, base, tiny_model_dir, tmp_path):
-    out = tmp_path / "run"
-    options = [
-        *("-m", "pals_adapters.harness.cli", "train", "--model", str(tiny_model_dir), "--tasks", "rte", "stsb"),
-        *("--glue-dir", str(GLUE), "--data-source", "local", "--max-steps", "4", "--steps-per-epoch", "2"),
-        *("--batch-size", "4", "--max-length", "48", "--lr", "1e-3", "--max-train-examples", "16"),
-        *("--max-eval-examples", "8", "--eval-batch-size", "8", "--logging-steps", "2", "--save-steps", "4"),
-        *("--weight-decay", "0.1", "--method", "pals", "--base", base, "--output-dir", str(out)),
-        *("--deepspeed", zero_config(tmp_path / "ds.json", stage)),
-    ]
-    code, output = finish(start(torchrun(*options)))
-    assert code == 0, output[-4000:]
-    results = json.loads((out / "results.json").read_text())
+def test_a_deepspeed_run_exports_what_one_process_evaluates_to_its_scores(stage, base, zero_runs, tmp_path):
+    out, results = zero_runs(stage, base)
     assert results["config"]["deepspeed"].endswith("ds.json")
     checkpoint = out / "checkpoint-4"  # DeepSpeed's own, written by both ranks: a real 2-rank ZeRO run
     assert sorted(p.name for p in checkpoint.glob("rng_state_*.pth")) == ["rng_state_0.pth", "rng_state_1.pth"]
@@ -81,7 +111,7 @@ def test_a_deepspeed_run_exports_what_one_process_evaluates_to_its_scores(stage,
     assert trainable <= optimizer_elements(checkpoint / "global_step4") < trainable + 64
     if base == "frozen":  # with weight decay 0.1, a base parameter in the optimizer would have moved
         saved = safetensors.torch.load_file(checkpoint / "model.safetensors")
-        start_weights = BertModel.from_pretrained(tiny_model_dir).state_dict()
+        start_weights = BertModel.from_pretrained(out.parent.parent / "model").state_dict()
         base_names = [name for name in saved if name.removeprefix("encoder.") in start_weights]
         assert len(base_names) > 20
         assert all(torch.equal(saved[n], start_weights[n.removeprefix("encoder.")]) for n in base_names)
@@ -93,6 +123,39 @@ def test_a_deepspeed_run_exports_what_one_process_evaluates_to_its_scores(stage,
     for task in ("rte", "stsb"):
         for name, value in tasks[task]["metrics"].items():
             assert value == pytest.approx(results["metrics"][name], abs=1e-6), name
+
+
+@pytest.mark.slow
+@needs_deepspeed
+@needs_glue
+def test_a_zero2_run_resumed_from_its_step_2_checkpoint_ends_bit_for_bit_like_the_whole_run(zero_runs, tmp_path):
+    whole_out, whole = zero_runs(2, "frozen")
+    folder = tmp_path / "resumed"
+    shutil.copytree(whole_out.parent, folder)  # the run folder as it was after step 2 (DeepSpeed's checkpoint-2)
+    out = folder / "run"
+    for name in ("checkpoint-4", "export", "results.json", "training.png"):
+        shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink(missing_ok=True)
+    saved_at_step_2 = (out / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns
+    resumed = launch(
+        [*zero_options(whole["config"]["model"], out, "frozen", whole["config"]["deepspeed"]), "--resume", "last"]
+    )
+    assert resumed["config"]["resume"] == "last"
+    a, b = export_tensors(whole_out / "export"), export_tensors(out / "export")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "not bit-identical"
+    losses = lambda r: [row["loss"] for row in r["log_history"] if "loss" in row]  # noqa: E731
+    assert losses(resumed) == losses(whole)  # steps 1-2 as the checkpoint recorded them, 3-4 trained again
+    # a run that started afresh would have trained steps 1-2 again and written checkpoint-2 anew
+    assert (out / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns == saved_at_step_2
+    assert resumed["metrics"]["stsb_pearson"] == whole["metrics"]["stsb_pearson"]
+
+
+def export_tensors(export_dir) -> dict:
+    """Every tensor of every weight file of an export, keyed by file and name."""
+    tensors = {}
+    for path in sorted(export_dir.rglob("*.safetensors")):
+        for name, value in safetensors.torch.load_file(path).items():
+            tensors[f"{path.relative_to(export_dir)}:{name}"] = value
+    return tensors
 
 
 # --- bad input (no launch, no deepspeed needed) -----------------------------------------------------
