@@ -75,6 +75,13 @@ def check_deepspeed_launch(config) -> None:
     if config.fsdp:
         raise ConfigError("deepspeed and fsdp are two sharding engines for one run: drop --fsdp or --deepspeed")
     read_deepspeed_config(config.deepspeed)
+    if config.batching == "mixed":
+        # as under FSDP: ranks whose batches hold different tasks reduce different gradients (seen under
+        # ZeRO-2: a gloo collective of mismatched sizes)
+        raise ConfigError(
+            "deepspeed: --batching mixed is not supported with DeepSpeed (ranks with different tasks in their "
+            "batches reduce different gradients); use --batching per-task, or DDP without --deepspeed"
+        )
     if importlib.util.find_spec("deepspeed") is None:
         raise ConfigError(f"deepspeed: the deepspeed package is not installed; install it with {INSTALL}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

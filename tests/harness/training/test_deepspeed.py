@@ -204,6 +204,13 @@ def test_deepspeed_with_fsdp_is_refused(settings, tmp_path, monkeypatch):
     refused(config, "deepspeed and fsdp are two sharding engines.*drop --fsdp or --deepspeed", tmp_path)
 
 
+def test_mixed_batches_with_deepspeed_are_refused(settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = RunConfig(**settings, deepspeed=zero_config(tmp_path / "ds.json", 2))
+    config.tasks, config.batching = ["rte", "mrpc"], "mixed"
+    refused(config, "--batching mixed is not supported with DeepSpeed", tmp_path)
+
+
 def test_deepspeed_not_installed_says_how_to_install_it(settings, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed (and find_spec) now fail
