@@ -231,3 +231,17 @@ def test_zero3_gathers_full_weights_for_the_export(tmp_path):
     zero = read_deepspeed_config(zero_config(tmp_path / "ds.json", 3))["zero_optimization"]
     assert zero == {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}
     assert read_deepspeed_config(zero_config(tmp_path / "two.json", 2))["zero_optimization"] == {"stage": 2}
+
+
+def test_deepspeed_is_a_yaml_key_and_a_train_option(tmp_path):
+    from pals_adapters.harness.cli import build_parser
+    from pals_adapters.harness.cli.options import config_file_defaults, config_from_args
+
+    def parsed(argv):
+        return config_from_args(build_parser(config_file_defaults(argv)).parse_args(argv))
+
+    path = tmp_path / "run.yaml"
+    path.write_text("deepspeed: ds.json\n")
+    assert parsed(["train", "--config", str(path)]).deepspeed == "ds.json"
+    assert parsed(["train", "--deepspeed", "other.json"]).deepspeed == "other.json"
+    assert parsed(["train"]).deepspeed is None
