@@ -152,6 +152,11 @@ class RunConfig:
         "accelerate, one unit per encoder layer; torchrun or accelerate launch, docs/scaling-out.md)",
     )
     fsdp_options: list[str] = _setting([], "with fsdp: name=true|false settings; reshard_after_forward (default true)")
+    deepspeed: str | None = _setting(
+        None,
+        "path of a DeepSpeed JSON config (ZeRO stage 0-3; no optimizer or scheduler section: the run sets them): train "
+        "with DeepSpeed through the Trainer, under torchrun; needs the deepspeed extra (docs/scaling-out.md)",
+    )
     export: bool = _setting(True, "write per-task exports to <output_dir>/export at the end")
     add_to: str | None = _setting(
         None,

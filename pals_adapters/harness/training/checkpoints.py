@@ -64,6 +64,29 @@ def is_sharded(path: str | Path) -> bool:
     return (Path(path) / SHARDED_MODEL).is_dir()
 
 
+# A DeepSpeed checkpoint: the engine's own files in the step folder that ``latest`` names, one optimizer
+# partition per rank, and the Trainer's model.safetensors (full weights, gathered under ZeRO-3) beside them.
+DEEPSPEED_LATEST = "latest"
+DEEPSPEED_CHECKPOINT_FILES = (DEEPSPEED_LATEST, "model.safetensors", "scheduler.pt", "trainer_state.json")
+
+
+def is_deepspeed(path: str | Path) -> bool:
+    """Whether ``path`` is a checkpoint of a DeepSpeed run."""
+    return (Path(path) / DEEPSPEED_LATEST).is_file()
+
+
+def _deepspeed_problem(path: Path) -> str | None:
+    """What the DeepSpeed engine's part of checkpoint ``path`` lacks (its step folder, or a rank's
+    optimizer partition: a save cut short), or None."""
+    step = (path / DEEPSPEED_LATEST).read_text(encoding="utf-8").strip()
+    if not step or not (path / step).is_dir():
+        return f"{DEEPSPEED_LATEST} names {step!r}, which is not a folder of the checkpoint"
+    partitions = len(list((path / step).glob("*optim_states.pt")))
+    if partitions != saved_rank_count(path):
+        return f"{step} holds {partitions} optimizer partitions for {saved_rank_count(path)} ranks"
+    return None
+
+
 def saved_rank_count(path: str | Path) -> int:
     """How many ranks wrote the checkpoint: the Trainer saves one RNG state per rank (rng_state_R.pth),
     a single process one rng_state.pth."""
@@ -73,10 +96,10 @@ def saved_rank_count(path: str | Path) -> int:
 def check_rank_count(path: str | Path, world_size: int) -> None:
     """A sharded checkpoint resumes only on as many ranks as wrote it: each rank reads back its own data
     position and RNG state, and its share of the task batches depends on the rank count."""
-    if is_sharded(path) and saved_rank_count(path) != world_size:
+    if (is_sharded(path) or is_deepspeed(path)) and saved_rank_count(path) != world_size:
         raise ConfigError(
-            f"resume: {path} is a sharded checkpoint written by {saved_rank_count(path)} ranks, and this launch "
-            f"has {world_size}; its per-rank RNG states and batch shares do not reshard. Launch "
+            f"resume: {path} is a sharded (FSDP or DeepSpeed) checkpoint written by {saved_rank_count(path)} ranks, "
+            f"and this launch has {world_size}; its per-rank RNG states and batch shares do not reshard. Launch "
             f"{saved_rank_count(path)} ranks (e.g. torchrun --nproc-per-node {saved_rank_count(path)}), "
             "or start a new run"
         )
@@ -85,10 +108,14 @@ def check_rank_count(path: str | Path, world_size: int) -> None:
 def checkpoint_problem(path: str | Path) -> str | None:
     """Why the checkpoint folder cannot be resumed from (a file missing, truncated or corrupted), or None."""
     path = Path(path)
-    needed = SHARDED_CHECKPOINT_FILES if is_sharded(path) else CHECKPOINT_FILES
+    needed = CHECKPOINT_FILES
+    if is_sharded(path) or is_deepspeed(path):
+        needed = SHARDED_CHECKPOINT_FILES if is_sharded(path) else DEEPSPEED_CHECKPOINT_FILES
     missing = [name for name in needed if not (path / name).is_file()]
     if missing:
         return f"{', '.join(missing)} missing"
+    if is_deepspeed(path) and _deepspeed_problem(path):
+        return _deepspeed_problem(path)
     for file in sorted(path.iterdir()):
         problem = _file_problem(file) if file.is_file() else None
         if problem:

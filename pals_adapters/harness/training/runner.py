@@ -35,6 +35,7 @@ from ..tasks.spec import TaskSpec
 from ..tasks.splits import SkippedRows, load_split
 from .checkpoints import check_rank_count
 from .compiling import prepare_compile, trainer_compile_environment
+from .deepspeed_setup import check_deepspeed_launch, deepspeed_settings
 from .run_folder import prepare_run_folder, run_lock
 from .sharding import check_fsdp_launch, fsdp_plugin, unsharded_copy
 from .trainer import MultiTaskTrainer
@@ -141,6 +142,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         # bf16 without a GPU: Trainer autocasts on the CPU only when told to use it (fp32 master weights).
         use_cpu=(world_size > 1 or config.precision == "bf16") and not torch.cuda.is_available(),
         disable_tqdm=False,
+        deepspeed=deepspeed_settings(config),  # DeepSpeed's engine, through transformers' integration
     )
     return MultiTaskTrainer(
         model=model,
@@ -178,6 +180,7 @@ def run(config: RunConfig) -> dict:
     before anything is loaded."""
     started = time.time()
     plan = plan_run(config)  # every setting checked, the method parsed once: the rest reads the plan
+    check_deepspeed_launch(plan.settings)  # first: --deepspeed with --fsdp is refused as such
     check_fsdp_launch(plan.settings)
     writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes (and locks)
     settings = plan.settings
@@ -271,6 +274,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
         _check_added_base(config, shared, model, resume)
     elif config.export and trainer_is_writer():
         _check_export_folder(config, model, tokenizer)
+    parameters = parameter_summary(model)  # before a ZeRO-3 engine partitions the weights
     trainer = build_trainer(config, model, tokenizer, train, dev)
     trainer.train(resume_from_checkpoint=resume)
     metrics = trainer.evaluate()
@@ -278,7 +282,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
         "config": asdict(config),
         "metrics": {k[len("eval_") :]: v for k, v in metrics.items() if k.startswith("eval_")},
         "train_sizes": {name: len(data) for name, data in train.items()},
-        "parameters": parameter_summary(model),
+        "parameters": parameters,
         "log_history": trainer.state.log_history,
         "device": _device_name(trainer.args.device),
         "threads": torch.get_num_threads(),
@@ -287,7 +291,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
     }
     results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
     out = Path(config.output_dir)
-    if config.fsdp:  # rank 0 exports full tensors, as a single process would
+    if config.fsdp or config.deepspeed:  # rank 0 exports full tensors, as a single process would
         model = unsharded_copy(trainer, new_model)
     if trainer.is_world_process_zero():
         if plan.export_dir is not None and shared is not None:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError
+from .deepspeed_setup import build_models_whole
 
 # The FSDP settings a run may change (``fsdp_options: [name=value, ...]``), each a boolean.
 FSDP_OPTIONS = {
@@ -131,17 +132,21 @@ def enable_on_cpu_ranks(accelerator, plugin) -> None:
 
 
 def unsharded_copy(trainer, build):
-    """On every rank (a collective): the trained model's full tensors, gathered by accelerate
-    (`torch.distributed.checkpoint.state_dict`); on rank 0, ``build()`` (a fresh model of the run, as
-    built before training) loaded with them, to export, score and write as a single process would;
-    None on the other ranks."""
-    full = trainer.accelerator.get_state_dict(trainer.model)
+    """On every rank (a collective): the trained model's full tensors, gathered by accelerate (FSDP:
+    `torch.distributed.checkpoint.state_dict`; DeepSpeed: ZeRO-3's consolidated state dict, ZeRO 0-2's
+    model as every rank holds it); on rank 0, ``build()`` (a fresh model of the run, as built before
+    training) loaded with them, to export, score and write as a single process would; None on the
+    other ranks."""
+    engine = trainer.model_wrapped if trainer.is_deepspeed_enabled else trainer.model  # ZeRO-3 gathers in the engine
+    full = trainer.accelerator.get_state_dict(engine)
+    if trainer.is_deepspeed_enabled:
+        build_models_whole()  # training is over; the model to export (and its base) are built whole
     if not trainer.is_world_process_zero():
         return None
     model = build()
     missing, unexpected = model.load_state_dict(full, strict=False)
     if missing or unexpected:
-        raise RuntimeError(f"fsdp: the gathered weights do not fit the model (missing {missing}, extra {unexpected})")
+        raise RuntimeError(f"the gathered weights do not fit the model (missing {missing}, extra {unexpected})")
     return model
 
 

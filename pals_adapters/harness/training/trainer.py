@@ -33,6 +33,17 @@ def _without_mixed_precision(model):
             model.forward = wrapped
 
 
+def _distinct_tensors(model, state_dict: dict) -> dict:
+    """``state_dict``'s tensors as copies of their own, a tied parameter (one object under two names, as
+    adapters' prompt-tuning copy of the word embeddings) once, under its first name, as save_model keeps it."""
+    seen, kept = set(), {}
+    for name, value in model.state_dict(keep_vars=True).items():
+        if id(value) not in seen:
+            seen.add(id(value))
+            kept[name] = state_dict[name].detach().clone().contiguous()
+    return kept
+
+
 class MultiTaskTrainer(Trainer):
     def __init__(
         self,
@@ -198,7 +209,12 @@ class MultiTaskTrainer(Trainer):
         fd, tmp = tempfile.mkstemp(prefix=".model.safetensors.", suffix=".tmp", dir=output_dir)
         os.close(fd)
         try:
-            safetensors.torch.save_model(model, tmp)
+            if self.is_deepspeed_enabled and state_dict is not None:
+                # DeepSpeed hands over the gathered weights: ZeRO-3 partitions the model's own, and ZeRO 1-2
+                # keep them as views of one flat buffer, which save_model takes for tensors sharing memory
+                safetensors.torch.save_file(_distinct_tensors(model, state_dict), tmp, metadata={"format": "pt"})
+            else:
+                safetensors.torch.save_model(model, tmp)
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
