@@ -262,6 +262,7 @@ def fake_trainer(output_dir, model):
         accelerator=types.SimpleNamespace(unwrap_model=lambda m: m),
         model=model,
         processing_class=None,
+        is_deepspeed_enabled=False,
     )
 
 
