@@ -36,6 +36,7 @@ from ..tasks.splits import SkippedRows, load_split
 from .checkpoints import check_rank_count
 from .compiling import prepare_compile, trainer_compile_environment
 from .deepspeed_setup import check_deepspeed_launch, deepspeed_settings
+from .precision_env import run_precision_environment
 from .run_folder import prepare_run_folder, run_lock
 from .sharding import check_fsdp_launch, fsdp_plugin, unsharded_copy
 from .trainer import MultiTaskTrainer
@@ -188,6 +189,7 @@ def run(config: RunConfig) -> dict:
         run_lock(plan.output_dir) if writer else contextlib.nullcontext(),
         torch_threads(settings.threads),
         trainer_compile_environment(settings.compile),
+        run_precision_environment(settings.precision),
     ):
         resume = prepare_run_folder(settings, plan.task_specs, writer=writer)
         if resume is not None:

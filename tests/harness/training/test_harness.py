@@ -1,6 +1,7 @@
 """The multi-task harness: methods, batches, a real (tiny) run through the CLI, exports."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -375,6 +376,39 @@ def test_bf16_without_a_gpu_trains_under_cpu_autocast_and_exports_float32(tmp_pa
         assert files
         for file in files:
             assert {t.dtype for t in load_file(str(file)).values()} == {torch.float32}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path: with a GPU, bf16 runs there")
+def test_a_float32_run_trains_in_float32_whatever_accelerate_s_environment_says(
+    tmp_path, tiny_model_dir, monkeypatch, caplog
+):
+    """transformers keeps an ACCELERATE_MIXED_PRECISION it finds in the environment when a run asks for neither
+    fp16 nor bf16, and leaves it set: a bf16 run earlier in the process (or a shell or launcher that exported
+    it) made every later float32 run train under bf16 autocast. Found as a 2e-3 FSDP/DDP difference in the
+    suite after a bf16 test had run."""
+    from helpers import tiny_run_config
+
+    from pals_adapters.harness.training.runner import run
+    from pals_adapters.harness.training.trainer import MultiTaskTrainer
+
+    seen = []
+    compute_loss = MultiTaskTrainer.compute_loss
+
+    def recording(self, model, inputs, *args, **kwargs):
+        # what accelerate was told (on a CPU it autocasts only under use_cpu, e.g. in a distributed run)
+        seen.append((self.accelerator.mixed_precision, torch.is_autocast_enabled("cpu")))
+        return compute_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(MultiTaskTrainer, "compute_loss", recording)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    run(tiny_run_config(tiny_model_dir, tmp_path / "run", tasks=["rte"], precision="fp32"))
+    assert seen and all(told == "no" and not autocast for told, autocast in seen)
+    assert "ACCELERATE_MIXED_PRECISION=bf16 in the environment is not used" in caplog.text
+    assert os.environ["ACCELERATE_MIXED_PRECISION"] == "bf16"  # the process's environment is put back
+    # and the other way round: a bf16 run leaves no bf16 behind for the next run
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    run(tiny_run_config(tiny_model_dir, tmp_path / "bf16", tasks=["rte"], precision="bf16"))
+    assert "ACCELERATE_MIXED_PRECISION" not in os.environ
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU fp16 is allowed")

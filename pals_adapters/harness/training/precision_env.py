@@ -1,0 +1,44 @@
+"""The run's own precision in accelerate's environment switch, whatever the process had there before.
+
+transformers' `TrainingArguments` tells accelerate the mixed precision through the environment variable
+``ACCELERATE_MIXED_PRECISION``: it *reads* the variable first and keeps its value when the run asks for
+neither fp16 nor bf16, and it leaves it set for the rest of the process. So a float32 run after a bfloat16
+one in the same process (or launched from a shell or launcher that exported ``bf16``) trained under bfloat16
+autocast without a word: its weights and scores silently changed. `run_precision_environment` sets the
+variable to what the run's ``precision`` says for the run, warns when it overrides another value, and puts
+the environment back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+logger = logging.getLogger(__name__)
+
+MIXED_PRECISION_VARIABLE = "ACCELERATE_MIXED_PRECISION"
+# the run's precision setting -> accelerate's name for it
+ACCELERATE_NAMES = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
+@contextlib.contextmanager
+def run_precision_environment(precision: str) -> Iterator[None]:
+    wanted = ACCELERATE_NAMES[precision]
+    before = os.environ.get(MIXED_PRECISION_VARIABLE)
+    if before not in (None, wanted):
+        logger.warning(
+            "%s=%s in the environment is not used: this run trains in %s (its precision setting, --precision)",
+            MIXED_PRECISION_VARIABLE,
+            before,
+            precision,
+        )
+    os.environ[MIXED_PRECISION_VARIABLE] = wanted
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MIXED_PRECISION_VARIABLE, None)
+        else:
+            os.environ[MIXED_PRECISION_VARIABLE] = before
