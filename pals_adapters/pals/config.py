@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from adapters import AdapterConfig
 
 from ..errors import ConfigError, warn_renamed
+from .modeling import INIT_SCHEMES
 
 # Widths in the paper are given for BERT-base; other widths scale in proportion.
 REFERENCE_HIDDEN_SIZE = 768
@@ -34,7 +35,11 @@ class PALsConfig(AdapterConfig):
         attention_dropout: Dropout on the small attention's probabilities.
         layers: ``"all"``, or ``"top"`` / ``"bottom"`` half of the encoder (the paper's top/bottom six of twelve).
         leave_out: Layer indices (from 0) that get no PAL, as in the other `adapters` configs.
-        init_range: Standard deviation of the normal initialisation of all weights (biases start at 0).
+        init_range: Standard deviation of the normal initialisation of all weights with ``init_weights="bert"``
+            (biases start at 0).
+        init_weights: ``"bert"``: every weight N(0, init_range), as in the authors' code. ``"zero_output"``:
+            ``V_D`` starts at zero, so a new PAL changes nothing (as LoRA's B and adapters' ``mam_adapter``
+            init), and ``V_E`` and the attention's q/k/v start at N(0, 1/fan_in); ``init_range`` is unused.
         init_weights_seed: If set, the initial weights come from private generators seeded with it, so the
             same seed gives the same weights whatever was created before (as in the built-in configs of
             `adapters`, without reseeding torch's global generator).
@@ -52,6 +57,7 @@ class PALsConfig(AdapterConfig):
     layers: str = "all"
     leave_out: list[int] = field(default_factory=list)
     init_range: float = 0.02
+    init_weights: str = "bert"
     init_weights_seed: int | None = None
 
     def __post_init__(self):
@@ -86,6 +92,8 @@ class PALsConfig(AdapterConfig):
             fail("leave_out", "must be a list of layer indices >= 0")
         if not self.init_range > 0:
             fail("init_range", "must be > 0")
+        if self.init_weights not in INIT_SCHEMES:
+            fail("init_weights", f"choose one of {INIT_SCHEMES}")
         if self.init_weights_seed is not None and (
             isinstance(self.init_weights_seed, bool) or not isinstance(self.init_weights_seed, int)
         ):

@@ -174,6 +174,7 @@ def _add_adapter_weights(original, model, adapter_name):
             config.projected_size(hidden_size),
             config.init_range,
             seeded_generator(config.init_weights_seed, -1),
+            config.init_weights,
         )
         _set_shared(base, adapter_name, dict(projections.items()))
     model.adapter_to(adapter_name, device=next(base.parameters()).device)

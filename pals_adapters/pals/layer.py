@@ -68,6 +68,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
             activation=config.activation,
             own_projections=not config.shared_projections,
             init_range=config.init_range,
+            init_weights=config.init_weights,
             generator=seeded_generator(config.init_weights_seed, layer_idx),
         )
         module.train(self.training)

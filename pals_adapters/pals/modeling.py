@@ -39,15 +39,39 @@ def seeded_generator(seed: int | None, index: int) -> torch.Generator | None:
     return torch.Generator().manual_seed((seed * 1_000_003 + index + 1) % 2**63)
 
 
+INIT_SCHEMES = ("bert", "zero_output")
+
+
+def init_std(scheme: str, init_range: float, fan_in: int, output: bool = False) -> float:
+    """Standard deviation of a fresh PAL weight matrix under ``scheme``.
+
+    ``"bert"`` (the authors' code): every matrix N(0, init_range). ``"zero_output"``: ``V_D`` is zero, so a
+    new PAL adds exactly nothing, and the matrices before it are N(0, 1/fan_in), so the projected features
+    and the small attention's scores start at the scale of the hidden states instead of ~50x below it.
+    """
+    if scheme == "bert":
+        return init_range
+    return 0.0 if output else fan_in**-0.5
+
+
 def init_projections(
-    hidden_size: int, projected_size: int, init_range: float, generator: torch.Generator | None = None
+    hidden_size: int,
+    projected_size: int,
+    init_range: float,
+    generator: torch.Generator | None = None,
+    scheme: str = "bert",
 ) -> nn.ParameterDict:
-    """Fresh ``V_E``/``V_D`` parameters (normal weights, zero biases, as in the authors' code)."""
+    """Fresh ``V_E``/``V_D`` parameters (normal weights, zero biases, as in the authors' code by default)."""
+    down_std = init_std(scheme, init_range, hidden_size)
+    up_std = init_std(scheme, init_range, projected_size, output=True)
+    # both are drawn whatever the scheme, so that the generator's later draws do not depend on it
+    down = torch.randn(projected_size, hidden_size, generator=generator) * down_std
+    up = torch.randn(hidden_size, projected_size, generator=generator) * up_std
     return nn.ParameterDict(
         {
-            "down_weight": nn.Parameter(torch.randn(projected_size, hidden_size, generator=generator) * init_range),
+            "down_weight": nn.Parameter(down),
             "down_bias": nn.Parameter(torch.zeros(projected_size)),
-            "up_weight": nn.Parameter(torch.randn(hidden_size, projected_size, generator=generator) * init_range),
+            "up_weight": nn.Parameter(up),
             "up_bias": nn.Parameter(torch.zeros(hidden_size)),
         }
     )
@@ -129,6 +153,7 @@ class ProjectedAttentionLayer(nn.Module):
         own_projections: bool = False,
         init_range: float = 0.02,
         generator: torch.Generator | None = None,
+        init_weights: str = "bert",
     ):
         super().__init__()
         # With a generator, torch's default Linear init must not draw from the global stream (it is overwritten below).
@@ -137,11 +162,14 @@ class ProjectedAttentionLayer(nn.Module):
                 ProjectedSelfAttention(projected_size, num_heads, attention_dropout) if inner == "attention" else None
             )
         self.projections = (
-            init_projections(hidden_size, projected_size, init_range, generator) if own_projections else None
+            init_projections(hidden_size, projected_size, init_range, generator, init_weights)
+            if own_projections
+            else None
         )
         self.activation = _ACTIVATIONS[activation]()
         if self.inner is not None:
-            nn.init.normal_(self.inner.qkv.weight, std=init_range, generator=generator)
+            std = init_std(init_weights, init_range, projected_size)
+            nn.init.normal_(self.inner.qkv.weight, std=std, generator=generator)
             nn.init.zeros_(self.inner.qkv.bias)
 
     def forward(

@@ -104,6 +104,53 @@ def test_zero_pal_output_equals_unadapted_model_exactly(attn):
     assert torch.equal(before, after)
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_zero_output_init_starts_as_a_no_op_with_features_at_the_hidden_scale(preset):
+    model = bert()
+    ids, mask = batch()
+    with torch.no_grad():
+        before = model(ids, attention_mask=mask).last_hidden_state
+        model.add_adapter("t", config=f"{preset}[init_weights='zero_output']", set_active=True)
+        assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, before)
+    module = model.encoder.layer[-1 if preset != "pals_bottom_layers" else 0].pals.adapters["t"]
+    p = module.projections if module.projections is not None else model.shared_parameters["t"]
+    hidden, projected = p["down_weight"].shape[1], p["down_weight"].shape[0]
+    assert torch.count_nonzero(p["up_weight"]) == 0
+    assert p["down_weight"].std().item() == pytest.approx(hidden**-0.5, rel=0.2)
+    if module.inner is not None:
+        assert module.inner.qkv.weight.std().item() == pytest.approx(projected**-0.5, rel=0.2)
+
+
+def test_zero_output_init_learns_every_pal_weight_after_the_first_step():
+    model = bert()
+    model.add_adapter("t", config="pals[init_weights='zero_output']", set_active=True)
+    model.train_adapter("t")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    ids, mask = batch()
+    for _ in range(2):  # the first step moves V_D off zero; the second reaches everything before it
+        optimizer.zero_grad()
+        model(ids, attention_mask=mask).last_hidden_state.pow(2).mean().backward()
+        optimizer.step()
+    qkv = model.encoder.layer[0].pals.adapters["t"].inner.qkv.weight
+    assert qkv.grad is not None and qkv.grad.abs().sum() > 0
+    assert model.shared_parameters["t"]["down_weight"].grad.abs().sum() > 0
+
+
+def test_default_init_is_the_authors_and_unchanged_by_the_new_option():
+    a = PALsConfig(init_weights_seed=3)
+    b = PALsConfig(init_weights_seed=3, init_weights="bert")
+    ma, mb = bert(), bert()
+    ma.add_adapter("t", config=a)
+    mb.add_adapter("t", config=b)
+    pal_weights = [(n, x, y) for (n, x), (_, y) in zip(ma.named_parameters(), mb.named_parameters()) if "pals" in n]
+    assert pal_weights
+    for name, x, y in pal_weights:
+        assert torch.equal(x, y), name
+    for name in ("down_weight", "up_weight"):
+        assert torch.equal(ma.shared_parameters["t"][name], mb.shared_parameters["t"][name])
+    assert ma.shared_parameters["t"]["up_weight"].std().item() == pytest.approx(0.02, rel=0.2)
+
+
 def test_pal_changes_the_output_when_active_only():
     model = bert()
     ids, mask = batch()
@@ -218,6 +265,7 @@ def test_pals_204_parameter_count_is_exact():
         ({"attention_dropout": 1.5}, "attention_dropout"),
         ({"leave_out": [-1]}, "leave_out"),
         ({"init_range": 0.0}, "init_range"),
+        ({"init_weights": "lora"}, "init_weights"),
     ],
 )
 def test_invalid_settings_name_the_field(kwargs, field):
