@@ -136,6 +136,17 @@ def test_speed_memory_quick_on_a_tiny_model(tmp_path):
     assert (tmp_path / "speed_memory_tiny.md").exists()
 
 
+def test_pal_cost_floor_times_every_part_beside_a_layer(tmp_path):
+    out = run_script("pal_cost_floor.py", "--model", "tiny", "--rounds", "2", "--name", "floor", tmp_path=tmp_path)
+    assert "forward target 1.09x against a floor of" in out  # PASS or BELOW THE FLOOR; timings are not checked
+    data = json.loads((tmp_path / "floor.json").read_text())
+    parts = ("base layer", "PAL forward", "PAL matmuls", "PAL small attention", "PAL GELU")
+    assert set(parts) < data["seconds"].keys() and all(data["seconds"][p] > 0 for p in parts)
+    times = data["seconds"]
+    floor = 1 + (times["PAL matmuls"] + times["PAL small attention"]) / times["base layer"]
+    assert data["floor"] == pytest.approx(floor)
+
+
 @pytest.mark.slow
 def test_cpu_precision_times_both_precisions_on_the_configs_batches(tmp_path, tiny_model_dir):
     from helpers import glue_dir
