@@ -26,13 +26,17 @@ Parts (the bundled MiniLM, base frozen, batches of 16 examples of at most 64 tok
 - multi3000: the same five tasks with 3,000 steps (epochs of 300): PALs and Houlsby with the defaults,
          and pals_no_share.
 - multi3000-seed43, multi3000-lr3e-3: multi3000's PALs and Houlsby rows with seed 43, and with lr 3e-3.
+- multi3000-init05, multi3000-init05-seed43: multi3000's PALs with every weight at N(0, 0.05), seeds 42 and 43.
 - cola:  CoLA alone (all 8,551 training examples), 1,500 steps, seed 42: PALs (default and one learning
          rate), Houlsby, PALs with per-layer V_E/V_D (pals_no_share), and PALs without the GELU after V_D
          (the paper's equation; the GELU is the authors' code). With the base frozen CoLA needs more steps
          than the multi-task budget gives it.
 - cola600, cola600-seed43: CoLA alone with about the budget it gets in multi3000 (4,000 examples, 600 steps),
          seeds 42 and 43: PALs (default, one learning rate, pals_no_share, without their attention), Houlsby
-         and heads only, also ranked by the dev ROC AUC of their exports (most rows predict one class).
+         and heads only, also ranked by the dev ROC AUC of their exports (most rows predict one class); and
+         PALs varied one setting at a time: V_D at 0 (init_weights='zero_output', also with one learning
+         rate), no attention dropout, one attention head, V_E/V_D twice as wide, no GELU after V_D, every
+         weight at N(0, 0.05) or N(0, 0.08), N(0, 0.05) without the GELU.
 - addto: an export of SST-2, MRPC and RTE trained with the base fine-tuned (600 steps, lr 1e-4), then CoLA
          added to a copy of it with add_to (base frozen, as the cola part): PALs (default and one learning
          rate) and Houlsby (its own export).
@@ -89,6 +93,27 @@ COLA600_ROWS = [
     ("pals-noattention", "PALs without their attention (inner='identity')", "pals[inner='identity']", True, True),
     ("houlsby", "Houlsby", "houlsby", True, None),
     ("heads", "heads only", "shared", True, None),
+    ("pals-zero", "PALs, V_D at 0 (init_weights='zero_output')", "pals[init_weights='zero_output']", True, True),
+    (
+        "pals-zero-onelr",
+        "PALs, V_D at 0 (init_weights='zero_output'), one learning rate",
+        "pals[init_weights='zero_output']",
+        True,
+        False,
+    ),
+    ("pals-nodropout", "PALs, no attention dropout", "pals[attention_dropout=0.0]", True, True),
+    ("pals-onehead", "PALs, one attention head", "pals[num_attention_heads=1]", True, True),
+    ("pals-wide", "PALs, V_E/V_D twice as wide (hidden_size_aug=204)", "pals[hidden_size_aug=204]", True, True),
+    ("pals-linear", "PALs, no GELU after V_D (the paper's equation)", "pals[activation='identity']", True, True),
+    ("pals-init05", "PALs, weights at N(0, 0.05) (init_range=0.05)", "pals[init_range=0.05]", True, True),
+    ("pals-init08", "PALs, weights at N(0, 0.08) (init_range=0.08)", "pals[init_range=0.08]", True, True),
+    (
+        "pals-init05-linear",
+        "PALs, weights at N(0, 0.05), no GELU after V_D",
+        "pals[init_range=0.05,activation='identity']",
+        True,
+        True,
+    ),
 ]
 RANKED_PARTS = ("cola600", "cola600-seed43")  # exported, and ranked by dev ROC AUC (_frozen_ranking)
 # part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?,
@@ -162,6 +187,15 @@ PARTS = {
             ("houlsby", "Houlsby", "houlsby", True, None),
         ],
     ),
+    # multi3000's PALs with every weight at N(0, 0.05), the best of the one-setting changes in cola600, both seeds
+    **{
+        part: (
+            FIVE_TASKS,
+            dict(max_steps=3000, steps_per_epoch=300, sampler="annealed", seed=seed),
+            [("pals-init05", "PALs, weights at N(0, 0.05) (init_range=0.05)", "pals[init_range=0.05]", True, True)],
+        )
+        for part, seed in (("multi3000-init05", 42), ("multi3000-init05-seed43", 43))
+    },
     # CoLA alone with about the steps and examples it gets in multi3000, two seeds: which part of PALs limits
     # how fast they learn it with the base frozen; ranked by ROC AUC too, as most rows still predict one class
     **{
