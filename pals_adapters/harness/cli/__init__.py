@@ -16,7 +16,8 @@ import sys
 
 from ...errors import PalsError
 from ..data.sampling import STRATEGIES
-from ..training.runner import RunConfig, torch_threads
+from ..training.run_environment import torch_threads
+from ..training.runner import RunConfig
 from .commands import cmd_evaluate, cmd_export, cmd_params, cmd_predict, cmd_schedule, cmd_train
 from .options import add_run_options, config_file_defaults
 

@@ -36,7 +36,7 @@ from ..tasks.splits import SkippedRows, load_split
 from .checkpoints import check_rank_count
 from .compiling import prepare_compile, trainer_compile_environment
 from .deepspeed_setup import check_deepspeed_launch, deepspeed_settings
-from .precision_env import run_precision_environment
+from .run_environment import run_precision_environment, torch_threads
 from .run_folder import prepare_run_folder, run_lock
 from .sharding import check_fsdp_launch, fsdp_plugin, unsharded_copy
 from .trainer import MultiTaskTrainer
@@ -195,23 +195,6 @@ def run(config: RunConfig) -> dict:
         if resume is not None:
             check_rank_count(resume, int(os.environ.get("WORLD_SIZE", "1")))
         return _train(plan, resume, started)
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None):
-    """Runs the block with ``count`` torch threads (None: as the process has them: OMP_NUM_THREADS, else
-    one per core), and puts the number back after it."""
-    if count is None:
-        yield
-        return
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ConfigError(f"threads={count!r}: give a whole number >= 1 (or leave it unset)")
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def trainer_is_writer() -> bool:

@@ -1,4 +1,5 @@
-"""The run's own precision in accelerate's environment switch, whatever the process had there before.
+"""Process-wide state a run sets for itself and puts back afterwards: torch's thread count, and the run's
+own precision in accelerate's environment switch, whatever the process had there before.
 
 transformers' `TrainingArguments` tells accelerate the mixed precision through the environment variable
 ``ACCELERATE_MIXED_PRECISION``: it *reads* the variable first and keeps its value when the run asks for
@@ -15,6 +16,10 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+
+import torch
+
+from ...errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -42,3 +47,20 @@ def run_precision_environment(precision: str) -> Iterator[None]:
             os.environ.pop(MIXED_PRECISION_VARIABLE, None)
         else:
             os.environ[MIXED_PRECISION_VARIABLE] = before
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None):
+    """Runs the block with ``count`` torch threads (None: as the process has them: OMP_NUM_THREADS, else
+    one per core), and puts the number back after it."""
+    if count is None:
+        yield
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"threads={count!r}: give a whole number >= 1 (or leave it unset)")
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
