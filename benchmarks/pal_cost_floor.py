@@ -32,7 +32,7 @@ from pals_adapters.pals import PALsConfig, ProjectedAttentionLayer
 from pals_adapters.pals.modeling import Projections, init_projections
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, load_model, machine_info, write_results  # noqa: E402
+from _common import command_line, load_model, machine_info, padded_batch, write_results  # noqa: E402
 
 FORWARD_TARGET = 1.09
 
@@ -51,15 +51,10 @@ def parse_args(argv=None):
 
 def workload(model, batch, length):
     """The first layer's input and BERT's additive SDPA mask for the issue's batch."""
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(
-        min(1000, model.config.vocab_size - 1), model.config.vocab_size, (batch, length), generator=generator
-    )
-    keep = torch.ones(batch, length)
-    keep[1::2, length - length // 4 :] = 0
-    mask = (1.0 - keep[:, None, None, :]) * torch.finfo(torch.float32).min
+    inputs = padded_batch(model.config, batch, length)
+    mask = (1.0 - inputs["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
     with torch.no_grad():
-        hidden = model.embeddings(input_ids=ids)
+        hidden = model.embeddings(input_ids=inputs["input_ids"])
     return hidden, mask.expand(batch, 1, length, length).contiguous()
 
 

@@ -28,7 +28,7 @@ from pals_adapters.harness.methods.registry import METHODS
 from pals_adapters.pals.modeling import Projections
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODELS, load_model  # noqa: E402
+from _common import MODELS, load_model, padded_batch  # noqa: E402
 
 MODES = ("forward", "train_full", "train_frozen")
 LAYER_MODES = ("pal_layer_forward", "pal_layer_train")  # one PAL layer alone, on the batch's hidden states
@@ -45,15 +45,6 @@ def parse_args(argv=None):
     parser.add_argument("--top", type=int, default=25, help="rows of the op table")
     parser.add_argument("--mode", default="all", choices=("all", *MODES, *LAYER_MODES))
     return parser.parse_args(argv)
-
-
-def batch(config, size, length):
-    """Random ids with some padding: every other sequence loses its last quarter."""
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, config.vocab_size, (size, length), generator=generator)
-    mask = torch.ones(size, length, dtype=torch.long)
-    mask[1::2, length - length // 4 :] = 0
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 def models(model_name, method):
@@ -177,7 +168,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     built = models(args.model, args.method)
-    inputs = batch(built["base"].config, args.batch, args.length)
+    inputs = padded_batch(built["base"].config, args.batch, args.length)
     head = torch.nn.Linear(built["base"].config.hidden_size, 2)
     label_pal_modules(built[args.method])
     print(
