@@ -42,6 +42,8 @@ COLA600_ROWS = [
         True,
         True,
     ),
+    # PALs in the top half only (the paper's preset, wider): lower layers' PALs add their output to every token
+    ("pals-top", "PALs in the top three layers only (pals_top_layers)", "pals_top_layers", True, True),
 ]
 RANKED_PARTS = ("cola600", "cola600-seed43")  # exported, and ranked by dev ROC AUC (_frozen_ranking)
 # part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?,
@@ -115,6 +117,19 @@ PARTS = {
             ("houlsby", "Houlsby", "houlsby", True, None),
         ],
     ),
+    # multi3000 with twice the steps: whether frozen PALs catch up with Houlsby adapters given more budget
+    # (CoLA alone narrowed the gap from 600 to 1,500 steps)
+    **{
+        part: (
+            FIVE_TASKS,
+            dict(max_steps=6000, steps_per_epoch=600, sampler="annealed", seed=seed),
+            [
+                ("pals", "PALs", "pals", True, True),
+                ("houlsby", "Houlsby", "houlsby", True, None),
+            ],
+        )
+        for part, seed in (("multi6000", 42), ("multi6000-seed43", 43))
+    },
     # multi3000's PALs with every weight at N(0, 0.05), the best of the one-setting changes in cola600, both seeds
     **{
         part: (

@@ -27,6 +27,8 @@ Parts (the bundled MiniLM, base frozen, batches of 16 examples of at most 64 tok
          and pals_no_share.
 - multi3000-seed43, multi3000-lr3e-3: multi3000's PALs and Houlsby rows with seed 43, and with lr 3e-3.
 - multi3000-init05, multi3000-init05-seed43: multi3000's PALs with every weight at N(0, 0.05), seeds 42 and 43.
+- multi6000, multi6000-seed43: multi3000's PALs and Houlsby rows with twice the steps (epochs of 600), seeds 42
+         and 43: does the gap close with budget?
 - cola:  CoLA alone (all 8,551 training examples), 1,500 steps, seed 42: PALs (default and one learning
          rate), Houlsby, PALs with per-layer V_E/V_D (pals_no_share), and PALs without the GELU after V_D
          (the paper's equation; the GELU is the authors' code). With the base frozen CoLA needs more steps
@@ -36,7 +38,7 @@ Parts (the bundled MiniLM, base frozen, batches of 16 examples of at most 64 tok
          and heads only, also ranked by the dev ROC AUC of their exports (most rows predict one class); and
          PALs varied one setting at a time: V_D at 0 (init_weights='zero_output', also with one learning
          rate), no attention dropout, one attention head, V_E/V_D twice as wide, no GELU after V_D, every
-         weight at N(0, 0.05) or N(0, 0.08), N(0, 0.05) without the GELU.
+         weight at N(0, 0.05) or N(0, 0.08), N(0, 0.05) without the GELU, PALs in the top three layers only.
 - addto: an export of SST-2, MRPC and RTE trained with the base fine-tuned (600 steps, lr 1e-4), then CoLA
          added to a copy of it with add_to (base frozen, as the cola part): PALs (default and one learning
          rate) and Houlsby (its own export).
