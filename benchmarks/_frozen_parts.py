@@ -45,6 +45,18 @@ COLA600_ROWS = [
     # PALs in the top half only (the paper's preset, wider): lower layers' PALs add their output to every token
     ("pals-top", "PALs in the top three layers only (pals_top_layers)", "pals_top_layers", True, True),
 ]
+
+
+def two_seeds(part, tasks, settings, rows):
+    """``part`` with seed 42 and ``part-seed43`` with seed 43: the same runs, another draw of data order,
+    initial weights and dropout."""
+    return {name: (tasks, {**settings, "seed": seed}, rows) for name, seed in ((part, 42), (f"{part}-seed43", 43))}
+
+
+PALS_AND_HOULSBY = [
+    ("pals", "PALs", "pals", True, True),
+    ("houlsby", "Houlsby", "houlsby", True, None),
+]
 RANKED_PARTS = ("cola600", "cola600-seed43")  # exported, and ranked by dev ROC AUC (_frozen_ranking)
 # part -> (tasks, settings, rows); a row: (key in the run id, name, method, regression head at the label mean?,
 # V_E/V_D learning rate divided by the layers sharing them? None: the method has no such weights, run as cached)
@@ -103,48 +115,29 @@ PARTS = {
     "multi3000-seed43": (
         FIVE_TASKS,
         dict(max_steps=3000, steps_per_epoch=300, sampler="annealed", seed=43),
-        [
-            ("pals", "PALs", "pals", True, True),
-            ("houlsby", "Houlsby", "houlsby", True, None),
-        ],
+        PALS_AND_HOULSBY,
     ),
     # multi3000 at three times the learning rate: in cola600 PALs ranked CoLA better at 3e-3, Houlsby worse
     "multi3000-lr3e-3": (
         FIVE_TASKS,
         dict(max_steps=3000, steps_per_epoch=300, sampler="annealed", lr=3e-3),
-        [
-            ("pals", "PALs", "pals", True, True),
-            ("houlsby", "Houlsby", "houlsby", True, None),
-        ],
+        PALS_AND_HOULSBY,
     ),
     # multi3000 with twice the steps: whether frozen PALs catch up with Houlsby adapters given more budget
     # (CoLA alone narrowed the gap from 600 to 1,500 steps)
-    **{
-        part: (
-            FIVE_TASKS,
-            dict(max_steps=6000, steps_per_epoch=600, sampler="annealed", seed=seed),
-            [
-                ("pals", "PALs", "pals", True, True),
-                ("houlsby", "Houlsby", "houlsby", True, None),
-            ],
-        )
-        for part, seed in (("multi6000", 42), ("multi6000-seed43", 43))
-    },
+    **two_seeds(
+        "multi6000", FIVE_TASKS, dict(max_steps=6000, steps_per_epoch=600, sampler="annealed"), PALS_AND_HOULSBY
+    ),
     # multi3000's PALs with every weight at N(0, 0.05), the best of the one-setting changes in cola600, both seeds
-    **{
-        part: (
-            FIVE_TASKS,
-            dict(max_steps=3000, steps_per_epoch=300, sampler="annealed", seed=seed),
-            [("pals-init05", "PALs, weights at N(0, 0.05) (init_range=0.05)", "pals[init_range=0.05]", True, True)],
-        )
-        for part, seed in (("multi3000-init05", 42), ("multi3000-init05-seed43", 43))
-    },
+    **two_seeds(
+        "multi3000-init05",
+        FIVE_TASKS,
+        dict(max_steps=3000, steps_per_epoch=300, sampler="annealed"),
+        [("pals-init05", "PALs, weights at N(0, 0.05) (init_range=0.05)", "pals[init_range=0.05]", True, True)],
+    ),
     # CoLA alone with about the steps and examples it gets in multi3000, two seeds: which part of PALs limits
     # how fast they learn it with the base frozen; ranked by ROC AUC too, as most rows still predict one class
-    **{
-        part: (["cola"], dict(max_steps=600, steps_per_epoch=600, seed=seed), COLA600_ROWS)
-        for part, seed in (("cola600", 42), ("cola600-seed43", 43))
-    },
+    **two_seeds("cola600", ["cola"], dict(max_steps=600, steps_per_epoch=600), COLA600_ROWS),
     # CoLA added with --add-to (the base always frozen) to a three-task PALs export trained with the base
     # fine-tuned (ADDTO_BASE); each row adds it to its own copy of that export
     "addto": (
