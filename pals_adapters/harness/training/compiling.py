@@ -37,7 +37,8 @@ def allow_task_graphs(num_tasks: int) -> None:
 
 def prepare_compile(num_tasks: int) -> None:
     """Process-wide settings for compiling a model of ``num_tasks`` tasks: a graph per task, and random
-    numbers from torch's kernels (the same draws as eager code, and faster than inductor's on a CPU)."""
+    numbers from torch's kernels (faster than inductor's on a CPU, and the same draws as eager code except
+    for the PAL attention's dropout mask on a CPU: see `pals_adapters.pals.modeling.dropout_keep_mask`)."""
     allow_task_graphs(num_tasks)
     torch._inductor.config.fallback_random = True
 

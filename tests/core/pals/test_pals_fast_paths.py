@@ -1,8 +1,9 @@
-"""The PAL's fast paths compute what the paper's formula and the previous implementation computed.
+"""The PAL's fast paths compute what the paper's formula computes.
 
-The reference below is the projected attention written out op by op, with the attention-dropout step
-of `scaled_dot_product_attention` (the previous implementation, which the training path replaced),
-so training with dropout keeps both its numbers and its random draws.
+The reference below is the projected attention written out op by op; with dropout, it applies the mask
+that `dropout_keep_mask` draws from the same seed the way ``F.dropout`` applies its own (zero, or scale by
+1 / (1 - p)). The mask itself is checked for what dropout needs: each element dropped with probability p,
+independently, and a seeded run repeated exactly.
 """
 
 import math
@@ -11,23 +12,30 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pals_adapters.pals.modeling import ProjectedAttentionLayer, ProjectedSelfAttention, mask_in_dtype
+from pals_adapters.pals.modeling import (
+    ProjectedAttentionLayer,
+    ProjectedSelfAttention,
+    dropout_keep_mask,
+    mask_in_dtype,
+)
 
 HIDDEN, PROJECTED, HEADS = 48, 24, 4
 
 
 def reference_attention(layer: ProjectedSelfAttention, x, mask, dropout_seed=None):
-    """softmax(q kᵀ/√d + mask) v over heads, no output matrix; with a seed, dropout as SDPA applies it."""
+    """softmax(q kᵀ/√d + mask) v over heads, no output matrix, in float32; with a seed, the probabilities
+    dropped as F.dropout does, with the mask drawn from that seed."""
     batch, length, size = x.shape
     head = size // layer.num_heads
     q, k, v = (layer.qkv(x)).split(size, dim=-1)
-    q, k, v = (t.reshape(batch, length, layer.num_heads, head).transpose(1, 2) for t in (q, k, v))
-    if dropout_seed is None:
-        scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(head) + (0 if mask is None else mask.float())
-        context = (scores.softmax(-1) @ v.float()).to(x.dtype)
-    else:  # the previous implementation: the same random draws as the fast path must make
+    q, k, v = (t.reshape(batch, length, layer.num_heads, head).transpose(1, 2).float() for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(head) + (0 if mask is None else mask.float())
+    probs = scores.softmax(-1)
+    if dropout_seed is not None:
         torch.manual_seed(dropout_seed)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=layer.dropout)
+        keep = dropout_keep_mask(probs.shape, layer.dropout).bool()
+        probs = torch.where(keep, probs / (1 - layer.dropout), 0.0)
+    context = (probs @ v).to(x.dtype)
     return context.transpose(1, 2).reshape(batch, length, size)
 
 
@@ -84,7 +92,7 @@ def test_inference_forward_matches_the_formula(dtype, padded):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_training_with_dropout_matches_the_previous_path_draw_for_draw(dtype):
+def test_training_with_dropout_matches_the_formula_with_the_seeds_mask(dtype):
     pal = pal_layer(dtype, dropout=0.3).train()
     h, mask = inputs(dtype)
     params = [h, *pal.parameters()]
@@ -97,6 +105,48 @@ def test_training_with_dropout_matches_the_previous_path_draw_for_draw(dtype):
         assert torch.allclose(got.float(), want.float(), atol=TOLERANCE[dtype] * 10, rtol=1e-3)
     torch.manual_seed(8)
     assert not torch.allclose(pal(h, mask), out), "dropout should change with the seed"
+
+
+def test_dropout_keeps_the_expected_value():
+    """Averaged over many draws, the attention with dropout is the attention without it (1 / (1 - p) scale)."""
+    pal = pal_layer(torch.float32, dropout=0.3)
+    _, mask = inputs(torch.float32, batch=3, length=10)
+    x = torch.randn(3, 10, PROJECTED, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        exact = pal.inner.eval()(x, mask)
+        pal.inner.train()
+        torch.manual_seed(0)
+        mean = sum(pal.inner(x, mask) for _ in range(4000)) / 4000
+    error = (mean - exact).abs().max() / exact.abs().max()
+    assert error < 0.02, error  # one draw differs from the exact value by about 30% of it
+    assert (pal.inner(x, mask) - exact).abs().max() / exact.abs().max() > 0.05  # so the test can tell
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_keep_mask_drops_every_element_with_probability_p(p):
+    torch.manual_seed(0)
+    keep = dropout_keep_mask((8, 6, 128, 129), p)  # an odd count: the last 64-bit draw is half used
+    assert keep.shape == (8, 6, 128, 129) and keep.dtype == torch.float32
+    assert set(keep.unique().tolist()) <= {0.0, 1.0}
+    flat = 1 - keep.flatten()
+    tolerance = 6 * math.sqrt(p * (1 - p) / (flat.numel() / 2))
+    # Each 64-bit draw gives two masks elements (its low and high 32 bits): both halves must be uniform,
+    # the high one included (torch's plain `random_()` never sets an int64's top bit).
+    for half in (flat[0::2], flat[1::2]):
+        assert abs(half.mean().item() - p) < tolerance
+    # Independent: neighbours (the two halves of one draw, and of two draws) are both dropped with p².
+    both = flat[:-2] * flat[1:-1]
+    assert abs(both.mean().item() - p * p) < 6 * math.sqrt(p * p / both.numel())
+
+
+def test_keep_mask_follows_the_seed_and_the_dtype():
+    torch.manual_seed(5)
+    first = dropout_keep_mask((4, 33), 0.2, torch.bfloat16)
+    torch.manual_seed(5)
+    again = dropout_keep_mask((4, 33), 0.2, torch.bfloat16)
+    assert first.dtype == torch.bfloat16 and torch.equal(first, again)
+    assert not torch.equal(first, dropout_keep_mask((4, 33), 0.2, torch.bfloat16))
+    assert dropout_keep_mask((1000,), 0.0).all()  # p = 0 keeps everything
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
