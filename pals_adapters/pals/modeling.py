@@ -153,7 +153,9 @@ def dropout_keep_mask(
         return (torch.rand(shape, device=device) >= p).to(dtype)
     count = math.prod(shape)
     bits = torch.empty((count + 1) // 2, dtype=torch.int64, device=device).random_(-(2**63), None)
-    threshold = round(p * 2**32) - 2**31  # an int32 is uniform on [-2^31, 2^31): below this with probability p
+    # an int32 is uniform on [-2^31, 2^31): below the threshold with probability p. Kept within int32, which
+    # a p within 2^-33 of 1 would leave (a Python int past it compares as if wrapped around)
+    threshold = min(round(p * 2**32) - 2**31, 2**31 - 1)
     keep = torch.empty(shape, dtype=dtype, device=device)
     return torch.ge(bits.view(torch.int32)[:count].view(shape), threshold, out=keep)
 

@@ -147,6 +147,7 @@ def test_keep_mask_follows_the_seed_and_the_dtype():
     assert first.dtype == torch.bfloat16 and torch.equal(first, again)
     assert not torch.equal(first, dropout_keep_mask((4, 33), 0.2, torch.bfloat16))
     assert dropout_keep_mask((1000,), 0.0).all()  # p = 0 keeps everything
+    assert dropout_keep_mask((1000,), 1 - 1e-12).sum() <= 1  # p next to 1 drops everything, not nothing
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
