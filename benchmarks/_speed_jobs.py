@@ -10,6 +10,7 @@ from _common import load_model, model_config
 from adapters import AdapterSetup
 from adapters.composition import Parallel
 from peft import get_peft_model
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
 from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
@@ -98,6 +99,46 @@ def extra_flops(method, config, T):
 
 def flops_ratio(method, config, T):
     return 1 + extra_flops(method, config, T) / (config.num_hidden_layers * base_layer_flops(config, T))
+
+
+def _cpu_sdpa_flops():
+    """torch's FLOP counter knows SDPA's CUDA kernels, not the CPU's fused one: the same formulas for it."""
+    aten = torch.ops.aten
+    return {
+        aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v),
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+            lambda grad, q, k, v, *_, **__: sdpa_backward_flop_count(grad, q, k, v)
+        ),
+    }
+
+
+def count_flops(job):
+    """The matmul and attention FLOPs one call of ``job`` does, as torch.utils.flop_counter counts them
+    (forward, backward and what autograd skips for frozen weights; not softmax, norms or the optimiser)."""
+    counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flops())
+    with counter:
+        job()
+    return counter.get_total_flops()
+
+
+# Dense bf16 tensor-core peaks from the vendors' data sheets (TFLOP/s), matched on the device's name.
+BF16_PEAK_TFLOPS = (
+    ("H200", 989.4),
+    ("H100 PCIe", 756.5),
+    ("H100", 989.4),  # SXM / HBM3
+    ("A100", 312.0),
+    ("L40S", 362.1),
+    ("L4", 121.0),
+    ("A10G", 70.0),
+)
+
+
+def bf16_peak_tflops(device_name):
+    """The data-sheet bf16 peak of a GPU by its name, or None when this table does not know it."""
+    for key, peak in BF16_PEAK_TFLOPS:
+        if key in (device_name or ""):
+            return peak
+    return None
 
 
 # --- the models: one per method, all alive at once so rounds can interleave -----------------------

@@ -44,6 +44,38 @@ def speed_table(rows):
     return markdown_table(header, cells)
 
 
+def flop_rate(entry):
+    """Model TFLOP/s of a job, with its MFU when a peak was known."""
+    if entry is None or "model_tflops" not in entry:
+        return ""
+    mfu = f" ({100 * entry['mfu']:.1f}%)" if "mfu" in entry else ""
+    return f"{entry['model_tflops']:.3g}{mfu}"
+
+
+def flop_rate_table(rows):
+    header = ["Method", "Forward TFLOP/s", "Frozen-base step TFLOP/s", "Full FT step TFLOP/s"]
+    cells = [
+        [row["method"]] + [flop_rate(row.get(mode)) for mode in ("forward", "train_frozen", "train_full")]
+        for row in rows
+        if any("model_tflops" in row.get(mode, {}) for mode in ("forward", "train_frozen", "train_full"))
+    ]
+    return markdown_table(header, cells)
+
+
+def flop_rate_words(settings):
+    peak = settings.get("peak_tflops")
+    mfu = (
+        f" In brackets: MFU, that rate over the device's {peak:g} TFLOP/s peak ({settings.get('peak_source')})."
+        if peak
+        else " No MFU: the device's peak is not known (--peak-tflops sets it)."
+    )
+    return (
+        "Matmul and attention FLOPs of each job, counted once by torch.utils.flop_counter on the eager model "
+        "(a frozen-base step does only the backward that autograd needs for the task weights), over the job's "
+        "median time." + mfu
+    )
+
+
 def memory_table(rows):
     header = [
         "Method",
@@ -141,6 +173,12 @@ def report_lines(results):
         "## Speed",
         "",
         speed_table(results["rows"]),
+        "",
+        "## Model FLOP rate",
+        "",
+        flop_rate_words(s),
+        "",
+        flop_rate_table(results["rows"]),
         "",
         "## Memory",
         "",

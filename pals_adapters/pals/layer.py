@@ -220,7 +220,10 @@ def _shared_projections(adapter_name: str) -> Projections:
             f"shared V_E/V_D of PAL adapter '{adapter_name}' are not in the forward context: "
             "run PAL layers through the model's forward, not on their own"
         )
-    return Projections(**shared[adapter_name])
+    weights = shared[adapter_name]
+    # Indexed one by one, not **weights: torch 2.11's dynamo cannot unpack a ParameterDict as keywords (it
+    # breaks the graph there and then fails to resume the PAL's composition).
+    return Projections(*(weights[name] for name in Projections._fields))
 
 
 def _get_arg(args: tuple, kwargs: dict, arg):

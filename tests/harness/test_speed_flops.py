@@ -1,0 +1,98 @@
+"""speed_memory.py's model FLOPs (for MFU) against torch's own FLOP counter, the data-sheet peaks, and the
+GPU targets it checks (issue 22)."""
+
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import REPO
+
+BENCHMARKS = REPO / "benchmarks"
+
+
+@pytest.fixture
+def speed(monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
+    spec = importlib.util.spec_from_file_location("benchmark_speed_memory", BENCHMARKS / "speed_memory.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def speed_jobs_module():
+    return sys.modules["_speed_jobs"]
+
+
+def counted(method, methods=None):
+    """FLOPs of each job of one row, as the benchmark counts them, on a tiny model."""
+    jobs = speed_jobs_module()
+    torch.manual_seed(0)
+    work = jobs.make_workload("tiny", 4, 32, torch.device("cpu"))
+    bench = jobs.build_benches("tiny", [] if method == "base" else [method], torch.device("cpu"))[method]
+    flops = {"forward": jobs.count_flops(lambda: jobs.forward(bench, work))}
+    for mode in bench.modes[1:]:
+        flops[mode] = jobs.count_flops(lambda m=mode: jobs.train_step(bench, m, work))
+    return work, flops
+
+
+@pytest.mark.parametrize("method", ["base", "pals", "pals_top_layers", "houlsby", "lora"])
+def test_counted_flops_agree_with_the_analytic_forward_and_training_costs(speed, method):
+    jobs = speed_jobs_module()
+    work, flops = counted(method)
+    layers = work.config.num_hidden_layers * jobs.base_layer_flops(work.config, work.length)
+    analytic = work.tokens * layers * (1 if method == "base" else jobs.flops_ratio(method, work.config, work.length))
+    # the counter also sees the pooler and the head on each row's first token: under 1% here
+    assert flops["forward"] == pytest.approx(analytic, rel=0.01)
+    assert flops["train_full"] == pytest.approx(3 * flops["forward"], rel=0.01)  # backward: 2x the forward
+    if method != "base":
+        # autograd skips the frozen weights' gradients: more than a forward, less than a full step
+        assert flops["forward"] < flops["train_frozen"] < 0.75 * flops["train_full"]
+
+
+def test_a_frozen_step_of_pals_on_the_top_layers_does_less_work_than_of_pals_everywhere(speed):
+    assert counted("pals_top_layers")[1]["train_frozen"] < counted("pals")[1]["train_frozen"]
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4),
+        ("NVIDIA H100 PCIe", 756.5),
+        ("NVIDIA H200", 989.4),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("Some Future GPU", None),
+    ],
+)
+def test_bf16_peaks_by_device_name(speed, name, peak):
+    assert speed_jobs_module().bf16_peak_tflops(name) == peak
+
+
+def fake_times(forward, frozen):
+    """Rounds where the PALs forward and frozen step take these multiples of the base's."""
+    times = {}
+    for suffix in ("", " (compiled)"):
+        times[("base" + suffix, "forward")] = [1.0, 1.0, 1.0]
+        times[("base" + suffix, "train_full")] = [3.0, 3.0, 3.0]
+        times[("pals" + suffix, "forward")] = [forward] * 3
+        times[("pals" + suffix, "train_frozen")] = [3.0 * frozen] * 3
+        times[("pals" + suffix, "train_full")] = [3.3] * 3
+    return times
+
+
+@pytest.mark.parametrize("forward, frozen, passed", [(1.14, 0.99, True), (1.16, 0.99, False), (1.1, 1.0, False)])
+def test_on_a_gpu_the_gpu_targets_are_checked(speed, forward, frozen, passed):
+    config = speed_jobs_module().model_config("tiny")
+    work = SimpleNamespace(device=torch.device("cuda"), config=config, length=32)
+    checks = speed.target_checks(fake_times(forward, frozen), work)
+    assert [c["target"] for c in checks] == ["<= 1.15", "< 1.0"] * 2
+    assert checks[2]["what"].startswith("compiled PALs forward")
+    assert all(c["passed"] for c in checks) == passed
+
+
+def test_on_a_cpu_the_cpu_targets_are_checked(speed):
+    config = speed_jobs_module().model_config("tiny")
+    work = SimpleNamespace(device=torch.device("cpu"), config=config, length=32)
+    checks = speed.target_checks(fake_times(1.05, 0.7), work)
+    assert [c["target"] for c in checks] == ["<= 1.09", "<= 1.12", "<= 0.72"] * 2
