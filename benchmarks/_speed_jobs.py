@@ -154,6 +154,8 @@ class Bench:
         self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
         self.modes = modes
         self.params = list(self.model.parameters()) + list(self.head.parameters())
+        # a step reads last_hidden_state: the pooler's gradient is none, or zeros from a compiled graph
+        self.unused = {id(p) for name, p in self.model.named_parameters() if "pooler." in name}
         frozen = list(adapter_params) + list(self.head.parameters())
         self.trainable = {"train_frozen": {id(p) for p in frozen}, "train_full": {id(p) for p in self.params}}
         self.optimizers = {}
@@ -191,7 +193,9 @@ def build_benches(model_name, methods, device, compile_options=None):
             benches["adapters_init"] = Bench(wrapped, [], ("forward",), device)
         for method in methods:
             model, params = method_model(model_name, method)
-            benches[method + suffix] = Bench(model, params, ("forward", "train_frozen", "train_full"), device, options)
+            # The full step is compiled before the frozen one: torch 2.11 then reused the frozen-base graph for
+            # the full step (no gradients for the base) when the no-grad forward had been compiled first.
+            benches[method + suffix] = Bench(model, params, ("forward", "train_full", "train_frozen"), device, options)
     if compile_options is not None:
         # As the harness compiles (dropout from torch's own random kernels); each compiled model keeps a
         # graph per mode (eval, and the two training modes' requires_grad).
@@ -230,9 +234,23 @@ def train_step(bench, mode, work):
     hidden = bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
     loss = F.cross_entropy(bench.head(hidden[:, 0]), work.labels)
     loss.backward()
-    optimizer = bench.optimizers[mode]
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)  # here, so no gradients linger between measurements
+    check_gradients(bench, mode)
+    bench.optimizers[mode].step()
+    for p in bench.params:  # here, so no gradients linger between measurements
+        p.grad = None
+
+
+def check_gradients(bench, mode):
+    """Refuses a step whose gradients are not the mode's: a compiled graph reused across a change of
+    requires_grad (seen with torch 2.11) times another step than the row says."""
+    trainable = bench.trainable[mode]
+    wrong = sum((p.grad is None) == (id(p) in trainable) for p in bench.params if id(p) not in bench.unused)
+    if wrong:
+        raise RuntimeError(
+            f"{mode}: {wrong} of {len(bench.params)} weights have gradients other than this mode's (torch "
+            f"{torch.__version__}); a compiled graph was reused across a change of requires_grad, so its time "
+            "would be another step's. Run without --compile, or with another torch."
+        )
 
 
 def parallel_forward(model, tasks, work):

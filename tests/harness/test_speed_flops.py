@@ -96,3 +96,22 @@ def test_on_a_cpu_the_cpu_targets_are_checked(speed):
     work = SimpleNamespace(device=torch.device("cpu"), config=config, length=32)
     checks = speed.target_checks(fake_times(1.05, 0.7), work)
     assert [c["target"] for c in checks] == ["<= 1.09", "<= 1.12", "<= 0.72"] * 2
+
+
+def test_a_step_whose_gradients_are_not_its_modes_is_refused(speed):
+    """As when torch 2.11 reused a compiled frozen-base graph for the full step: the row's time would be
+    another step's, so the benchmark stops."""
+    jobs = speed_jobs_module()
+    work = jobs.make_workload("tiny", 4, 32, torch.device("cpu"))
+    bench = jobs.build_benches("tiny", ["pals"], torch.device("cpu"))["pals"]
+    jobs.train_step(bench, "train_frozen", work)  # the mode's own gradients: accepted
+    model = bench.model
+
+    def stale_graph(**inputs):  # computes the gradients of every weight, whatever the flags said
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model(**inputs)
+
+    bench.runner = stale_graph
+    with pytest.raises(RuntimeError, match="weights have gradients other than this mode's"):
+        jobs.train_step(bench, "train_frozen", work)
