@@ -98,11 +98,37 @@ class ProjectedSelfAttention(nn.Module):
         # (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding.
         attention_mask = mask_in_dtype(attention_mask, x.dtype)
         dropout = self.dropout if self.training else 0.0
-        if dropout and x.device.type == "cpu":  # elsewhere SDPA has fused kernels with dropout
+        if x.device.type != "cpu":  # a GPU's SDPA has fused kernels, with dropout, for aligned head sizes
+            context = fused_attention(query, key, value, attention_mask, dropout)
+        elif dropout:
             context = attention_with_dropout(query, key, value, attention_mask, dropout)
-        else:
-            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout)
+        else:  # the CPU's fused SDPA kernel takes any head size
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)
         return context.transpose(1, 2).reshape(batch, length, size)
+
+
+# SDPA's fused GPU kernels (flash, memory-efficient, cuDNN) take heads whose size is a multiple of this.
+FUSED_HEAD_MULTIPLE = 8
+
+
+def fused_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, dropout: float
+) -> torch.Tensor:
+    """SDPA with the heads zero-padded to a multiple of 8, so that a fused GPU kernel can run them.
+
+    A PAL's heads are small and often of an odd size (BERT-base: 204 / 12 = 17); SDPA then falls back to
+    its op-by-op math path. Zeros appended to q and k leave every q·k unchanged, zeros appended to v give
+    zero columns that are cut off, and the scale stays 1/√(true head size): the same attention.
+    """
+    head_size = query.shape[-1]
+    pad = -head_size % FUSED_HEAD_MULTIPLE
+    if not pad:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+    query, key, value = (F.pad(t, (0, pad)) for t in (query, key, value))
+    context = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout, scale=head_size**-0.5
+    )
+    return context[..., :head_size]
 
 
 def mask_in_dtype(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:

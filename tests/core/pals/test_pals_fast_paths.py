@@ -16,6 +16,7 @@ from pals_adapters.pals.modeling import (
     ProjectedAttentionLayer,
     ProjectedSelfAttention,
     dropout_keep_mask,
+    fused_attention,
     mask_in_dtype,
 )
 
@@ -184,12 +185,13 @@ def test_float32_pal_on_a_bfloat16_model_returns_the_model_dtype():
 def test_training_off_the_cpu_keeps_sdpa_with_its_own_dropout(monkeypatch):
     from pals_adapters.pals import modeling
 
-    calls = []
+    calls, head_sizes = [], []
     sdpa = F.scaled_dot_product_attention
 
-    def recording(*args, **kwargs):
+    def recording(query, *args, **kwargs):
         calls.append(kwargs.get("dropout_p", 0.0))
-        return sdpa(*args, **kwargs)
+        head_sizes.append(query.shape[-1])
+        return sdpa(query, *args, **kwargs)
 
     monkeypatch.setattr(modeling.F, "scaled_dot_product_attention", recording)
     pal = pal_layer(torch.float32, dropout=0.3).train()
@@ -197,5 +199,32 @@ def test_training_off_the_cpu_keeps_sdpa_with_its_own_dropout(monkeypatch):
     pal(h, mask)
     assert calls == []  # on the CPU: the PAL's own attention with dropout
     # Elsewhere (a GPU's fused kernels draw their own dropout): SDPA with dropout_p. A meta tensor stands in.
-    pal.to("meta")(h.detach().to("meta"), mask.to("meta"))
+    out = pal.to("meta")(h.detach().to("meta"), mask.to("meta"))
     assert calls == [0.3]
+    assert head_sizes == [8]  # heads of 24 / 4 = 6 padded for the fused kernels, the output cut back
+    assert out.shape == h.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mask_shape", [None, "keys", "full"])
+def test_heads_padded_for_the_fused_kernels_give_the_same_attention_and_gradients(dtype, mask_shape):
+    generator = torch.Generator().manual_seed(0)
+    batch, heads, length, head_size = 3, 12, 10, 17  # BERT-base's PAL heads: 204 / 12
+    q, k, v = (torch.randn(batch, heads, length, head_size, generator=generator).to(dtype) for _ in range(3))
+    mask = None
+    if mask_shape is not None:
+        shape = (batch, 1, 1, length) if mask_shape == "keys" else (batch, 1, length, length)
+        mask = (torch.rand(shape, generator=generator) < 0.3) * torch.finfo(dtype).min
+        mask = mask.to(dtype)
+    results = []
+    for attention in (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        lambda q, k, v: fused_attention(q, k, v, mask, 0.0),
+    ):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = attention(*leaves)
+        results.append([out, *gradients(out, leaves)])
+    assert results[1][0].shape == (batch, heads, length, head_size)
+    tolerance = 1e-5 if dtype == torch.float32 else TOLERANCE[dtype]  # sums of 24 terms, not 17: other rounding
+    for unpadded, padded in zip(*results):
+        torch.testing.assert_close(padded, unpadded, atol=tolerance, rtol=tolerance)
