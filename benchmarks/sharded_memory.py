@@ -54,6 +54,7 @@ from _sharded_report import measured_markdown, paper_markdown, report_markdown  
 REPO = Path(__file__).resolve().parents[1]
 PAPER_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 MEASURED_TASKS = ("rte", "stsb")
+MEASURED_RUNS = ("ddp-finetune", "fsdp-finetune", "ddp-frozen", "fsdp-frozen")  # engine-base
 METHOD = "pals"
 FP32 = 4
 MEASURED_SHAPES = {
@@ -70,12 +71,22 @@ def parse_args(argv=None):
     parser.add_argument("--no-measure", action="store_true", help="the paper table only")
     parser.add_argument("--measure-model", default="small", choices=sorted(MEASURED_SHAPES))
     parser.add_argument("--steps", type=int, default=4, help="training steps of each measured run")
+    parser.add_argument(
+        "--runs",
+        default=",".join(MEASURED_RUNS),
+        help=f"the measured runs, engine-base, comma-separated (default all: {','.join(MEASURED_RUNS)})",
+    )
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--glue-dir", default=os.environ.get("GLUE_DIR", str(REPO.parent / "shared" / "glue")))
     parser.add_argument("--out-dir", default=None, help="default benchmarks/results")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # one rank of a measured run
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = sorted(set(args.runs) - set(MEASURED_RUNS))
+    if unknown or not args.runs:
+        parser.error(f"--runs: unknown {unknown or 'none given'}; choose from {', '.join(MEASURED_RUNS)}")
+    return args
 
 
 # --- on paper ---------------------------------------------------------------------------------------
@@ -191,6 +202,8 @@ def measure(args, work: Path) -> list[dict]:
     for base in ("finetune", "frozen"):
         groups = parameter_groups(config, MEASURED_TASKS, base)
         for engine in ("ddp", "fsdp"):
+            if f"{engine}-{base}" not in args.runs:
+                continue
             run = work / f"{engine}-{base}"
             settings = dict(
                 model=str(model_dir),
