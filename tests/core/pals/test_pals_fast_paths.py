@@ -228,3 +228,13 @@ def test_heads_padded_for_the_fused_kernels_give_the_same_attention_and_gradient
     tolerance = 1e-5 if dtype == torch.float32 else TOLERANCE[dtype]  # sums of 24 terms, not 17: other rounding
     for unpadded, padded in zip(*results):
         torch.testing.assert_close(padded, unpadded, atol=tolerance, rtol=tolerance)
+
+
+def test_heads_padded_for_the_fused_kernels_compile_in_one_graph():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 12, 10, 17, generator=generator) for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 10)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fused_attention)(q, k, v, mask, 0.1)
+    torch._dynamo.reset()
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
