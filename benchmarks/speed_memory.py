@@ -26,7 +26,6 @@ peak, or --peak-tflops):
 import argparse
 import logging
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -47,12 +46,10 @@ from _common import (  # noqa: E402
     write_results,
 )
 from _speed_jobs import (  # noqa: E402
-    COMPILED,
     base_layer_flops,
     bf16_peak_tflops,
     build_benches,
     build_multitask_models,
-    count_flops,
     extra_flops,
     flops_ratio,
     forward,
@@ -65,15 +62,10 @@ from _speed_jobs import (  # noqa: E402
 )
 from _speed_measure import autocast_job, measure_memory, time_rounds  # noqa: E402
 from _speed_report import check_line, plumbing_line, report_lines  # noqa: E402
+from _speed_rows import job_flops, method_rows, multitask_summary, paired_ratio  # noqa: E402
+from _speed_targets import target_checks  # noqa: E402
 
 ALL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers", "houlsby", "lora", "peft_lora")
-FORWARD_TARGET = 1.09  # PALs forward / base forward
-FULL_STEP_TARGET = 1.12  # PALs full fine-tuning step / the base's full fine-tuning step
-FROZEN_TARGET = 0.72  # PALs step with the base frozen / the base's full fine-tuning step
-# On a GPU (issue 22): small kernels are launch-bound, so the targets are looser and compiled rows matter.
-GPU_FORWARD_TARGET = 1.15
-GPU_FROZEN_TARGET = 1.0  # strictly below: a frozen-base step must cost less than a full one
-REFERENCE_ROWS = ("base", "adapters_init")  # rows that are not methods
 
 
 def parse_args(argv=None):
@@ -162,171 +154,6 @@ def make_jobs(benches, multitask_models, tasks, work, dtype="fp32"):
     if dtype == "bf16":
         return {key: autocast_job(job, work.device) for key, job in jobs.items()}
     return jobs
-
-
-def stats(values):
-    values = sorted(values)
-    q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
-    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "q1": q[0], "q3": q[2]}
-
-
-def paired_ratio(times, key, reference):
-    """Median and range over rounds of time[key] / time[reference] within the same round."""
-    ratios = [a / b for a, b in zip(times[key], times[reference])]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-
-
-def optimizer_state_bytes(bench, mode):
-    total = 0
-    for state in bench.optimizers[mode].state.values():
-        total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v) and v.dim() > 0)
-    return total
-
-
-def mb(n):
-    return n / 2**20
-
-
-def variant_of(name):
-    """(method, suffix): ``pals (compiled)`` -> (``pals``, COMPILED); ``pals`` -> (``pals``, "")."""
-    return (name[: -len(COMPILED)], COMPILED) if name.endswith(COMPILED) else (name, "")
-
-
-def job_flops(jobs, benches):
-    """FLOPs of each timed row's job, counted once on its eager model (a compiled row does the same work)."""
-    counts = {}
-    for (name, mode), job in jobs.items():
-        if name in benches and not name.endswith(COMPILED):
-            counts[(name, mode)] = count_flops(job)
-    for name, mode in list(jobs):
-        if name.endswith(COMPILED):
-            counts[(name, mode)] = counts[(variant_of(name)[0], mode)]
-    return counts
-
-
-def method_rows(benches, times, memory, work, first_calls=None, flops=None, peak_tflops=None):
-    """A row per bench; a compiled row's ratios are taken against the compiled base. With ``flops``, each
-    job's model FLOP rate, and with a peak its MFU (model FLOPs utilisation: that rate over the peak)."""
-    rows = []
-    flops = flops or {}
-    first_calls = first_calls or {}
-    for name, bench in benches.items():
-        method, suffix = variant_of(name)
-        row = {"method": name, "compiled": bool(suffix), "params_total": sum(p.numel() for p in bench.params)}
-        if method not in REFERENCE_ROWS:
-            row["forward_flops_ratio"] = flops_ratio(method, work.config, work.length)
-        for mode in bench.modes:
-            key = (name, mode)
-            base = "base" + suffix
-            reference = (base, "forward") if mode == "forward" else (base, "train_full")
-            entry = {
-                "seconds": stats(times[key]),
-                "times": times[key],
-                "tokens_per_second": work.tokens / statistics.median(times[key]),
-                "ratio_to_base": paired_ratio(times, key, reference),
-                "ratio_reference": f"{base} {reference[1]}",
-            }
-            if key in first_calls:
-                entry["first_call_seconds"] = first_calls[key]  # compiling included for a compiled row
-            if key in flops:
-                entry["model_flops"] = flops[key]
-                entry["model_tflops"] = flops[key] / statistics.median(times[key]) / 1e12
-                if peak_tflops:
-                    entry["mfu"] = entry["model_tflops"] / peak_tflops
-            if mode != "forward":
-                entry["trainable_params"] = bench.count(mode)
-                entry["optimizer_state_mb"] = mb(optimizer_state_bytes(bench, mode))
-            if mode == "train_frozen":
-                entry["ratio_to_own_full_step"] = paired_ratio(times, key, (name, "train_full"))
-            if key in memory:
-                entry["peak_extra_mb"] = mb(memory[key])
-            row[mode] = entry
-        rows.append(row)
-    return rows
-
-
-def multitask_summary(presets, tasks, errors, times, memory):
-    multi = {"tasks": tasks}
-    for preset in presets:
-        name = f"multitask_{preset}"
-        entry = {
-            "max_abs_difference": errors[preset],
-            "parallel": {"seconds": stats(times[(name, "parallel")])},
-            "separate": {"seconds": stats(times[(name, "separate")])},
-            "parallel_over_separate": paired_ratio(times, (name, "parallel"), (name, "separate")),
-        }
-        for mode in ("parallel", "separate"):
-            if (name, mode) in memory:
-                entry[mode]["peak_extra_mb"] = mb(memory[(name, mode)])
-        multi[preset] = entry
-    return multi
-
-
-def target_checks(times, work):
-    """The targets (a CPU's or a GPU's), for the eager rows and the compiled ones, when PALs were measured."""
-    if work.device.type == "cuda":
-        return gpu_target_checks(times, work)
-    checks = []
-    for suffix in ("", COMPILED):
-        pals, base = "pals" + suffix, "base" + suffix
-        if (pals, "forward") not in times:
-            continue
-        which = "compiled " if suffix else ""
-        ratios = [
-            (f"{which}PALs forward / {which}base forward", (pals, "forward"), (base, "forward"), FORWARD_TARGET),
-            (
-                f"{which}PALs full fine-tuning step / {which}base full fine-tuning step",
-                (pals, "train_full"),
-                (base, "train_full"),
-                FULL_STEP_TARGET,
-            ),
-            (
-                f"{which}PALs training step with the base frozen / {which}full fine-tuning step (base, all weights)",
-                (pals, "train_frozen"),
-                (base, "train_full"),
-                FROZEN_TARGET,
-            ),
-        ]
-        for what, key, reference, target in ratios:
-            value = paired_ratio(times, key, reference)["median"]
-            check = {"what": what, "value": value, "target": f"<= {target}", "passed": value <= target}
-            if key[1] == "forward":
-                check["flops_estimate"] = flops_ratio("pals", work.config, work.length)
-            checks.append(check)
-    return checks
-
-
-def gpu_target_checks(times, work):
-    """Issue 22's GPU targets: PALs forward <= 1.15x the base's, a frozen-base PALs step < a full step."""
-    checks = []
-    for suffix in ("", COMPILED):
-        pals, base = "pals" + suffix, "base" + suffix
-        if (pals, "forward") not in times:
-            continue
-        which = "compiled " if suffix else ""
-        forward_ratio = paired_ratio(times, (pals, "forward"), (base, "forward"))["median"]
-        checks.append(
-            {
-                "what": f"{which}PALs forward / {which}base forward",
-                "value": forward_ratio,
-                "target": f"<= {GPU_FORWARD_TARGET}",
-                "passed": forward_ratio <= GPU_FORWARD_TARGET,
-                "flops_estimate": flops_ratio("pals", work.config, work.length),
-            }
-        )
-        frozen_ratio = paired_ratio(times, (pals, "train_frozen"), (base, "train_full"))["median"]
-        checks.append(
-            {
-                "what": f"{which}PALs training step with the base frozen / {which}full fine-tuning step (base)",
-                "value": frozen_ratio,
-                "target": f"< {GPU_FROZEN_TARGET}",
-                "passed": frozen_ratio < GPU_FROZEN_TARGET,
-            }
-        )
-    return checks
-
-
-# --- tables ---------------------------------------------------------------------------------------
 
 
 def main(argv=None):
