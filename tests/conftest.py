@@ -1,10 +1,25 @@
 """Fixtures shared by the tests; plain helpers live in helpers.py."""
 
+import os
+
 import pytest
 import torch
 from helpers import tiny_bert_config
 
 import pals_adapters  # noqa: F401  (registers the "pals" config type)
+
+
+def _share_the_cores_between_xdist_workers() -> None:
+    # `pytest -n N` runs N workers side by side; each taking every core (torch's default) would
+    # oversubscribe them, and the processes the tests launch inherit the environment variable.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+_share_the_cores_between_xdist_workers()
 
 
 @pytest.fixture(autouse=True)
