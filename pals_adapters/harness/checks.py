@@ -16,6 +16,7 @@ from .methods.backend import get_backend
 from .methods.method import Method, check_base_mode
 from .methods.model import resolve_model
 from .methods.registry import get_method
+from .precision import PRECISIONS
 from .serving.add_tasks import (
     SharedBase,
     check_can_take_tasks,
@@ -32,7 +33,6 @@ from .tasks.user_tasks import load_task_specs
 # --------------------------------------------------------------------------- values
 
 PAPER_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
-PRECISIONS = ("fp32", "fp16", "bf16")
 BATCHINGS = ("per-task", "mixed")
 
 POSITIVE = ("max_steps", "batch_size", "max_length", "steps_per_epoch", "logging_steps", "eval_batch_size", "lr")
@@ -111,7 +111,7 @@ def check_choices(config, method: Method) -> None:
     if config.precision not in PRECISIONS:
         raise ConfigError(f"precision={config.precision!r}: choose {', '.join(PRECISIONS)}")
     if config.precision == "fp16" and not torch.cuda.is_available():
-        raise ConfigError("precision='fp16' needs a CUDA GPU; on a CPU use bf16 (autocast) or fp32")
+        raise ConfigError("precision='fp16' needs a CUDA GPU; on a CPU use auto, bf16 (autocast) or fp32")
 
 
 def take_from_export(config) -> tuple[SharedBase | None, Method | None]:

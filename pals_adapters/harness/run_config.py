@@ -25,6 +25,7 @@ from .checks import (
 from .data.sampling import STRATEGIES
 from .methods.method import Method
 from .methods.registry import METHODS, OLD_NAMES, current_name, get_method
+from .precision import resolve_precision
 from .serving.add_tasks import SharedBase
 from .tasks.spec import TaskSpec
 
@@ -135,7 +136,11 @@ class RunConfig:
     resume: str | None = _setting(
         None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder"
     )
-    precision: str = _setting("fp32", "fp32; bf16 (autocast, on a GPU or a CPU); fp16 (GPU)")
+    precision: str = _setting(
+        "fp32",
+        "fp32; bf16 (autocast, on a GPU or a CPU); fp16 (GPU); auto: bf16 where the hardware computes bfloat16 "
+        "natively (a GPU that supports it, a CPU with AVX512-BF16 or AMX), else fp32",
+    )
     compile: bool = _setting(
         False,
         "torch.compile the model (the Trainer's torch_compile): the first step of each task compiles its graph, "
@@ -211,6 +216,7 @@ class RunConfig:
         shared, method = take_from_export(self)
         self._default_frozen_base_settings()
         check_values(self)
+        self.precision = resolve_precision(self.precision)  # auto: what this hardware runs fast
         method = method or get_method(self.method)
         self.method = current_name(self.method)  # a renamed method is recorded (run folder, results) by its new name
         check_choices(self, method)

@@ -59,7 +59,8 @@ def cmd_train(args) -> None:
         for split, report in splits.items():
             print(f"note: task {task!r} {split}: {report['count']} malformed rows of {report['file']} skipped")
     threads = results.get("threads", torch.get_num_threads())
-    print(f"wall time to the table: {results['wall_seconds']:.0f} s ({threads} torch threads)")
+    precision = results["config"]["precision"]
+    print(f"wall time to the table: {results['wall_seconds']:.0f} s ({threads} torch threads, {precision})")
     print(f"results: {Path(args.output_dir) / 'results.json'}")
     if results.get("plot"):
         print(f"plot: {results['plot']}")
