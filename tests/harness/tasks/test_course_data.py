@@ -159,7 +159,7 @@ def test_threads_are_a_setting_of_train_and_evaluate(tmp_path, tiny_model_dir, c
     folder = course(tmp_path)
     before = torch.get_num_threads()
     results = train(folder, tiny_model_dir, "--threads", "2")
-    assert results["threads"] == 2 and "(2 torch threads)" in capsys.readouterr().out
+    assert results["threads"] == 2 and "(2 torch threads, fp32)" in capsys.readouterr().out
     assert torch.get_num_threads() == before  # put back after the run
     assert evaluate(capsys, str(folder / "runs" / "r" / "export"), "--threads", "1")[0]
     err = refused(capsys, "evaluate", str(folder / "runs" / "r" / "export"), "--threads", "0")
