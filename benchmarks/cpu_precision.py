@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 
 from pals_adapters.harness.methods.model import build_model, resolve_model
 from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.precision import cpu_has_native_bf16
 from pals_adapters.harness.training.runner import RunConfig, build_trainer, load_train_sets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,12 +41,6 @@ def stretches(total_steps: int, rounds: int, steps: int) -> list[list[int]]:
     if steps > total_steps // rounds:
         raise SystemExit(f"--rounds {rounds} x --steps {steps} does not fit in the run's {total_steps} steps")
     return [list(range(r * total_steps // rounds, r * total_steps // rounds + steps)) for r in range(rounds)]
-
-
-def _avx512_bf16() -> str:
-    """Whether this CPU has bf16 dot-product instructions (a private torch helper, so guarded)."""
-    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    return "unknown" if check is None else ("yes" if check() else "no")
 
 
 def summarise(raw: dict, command: str) -> tuple[dict, str]:
@@ -137,7 +132,8 @@ def main(argv=None):
         "total_steps": config.max_steps,
         "steps": args.steps,
         "threads": args.threads,
-        "cpu_bf16": f"AVX512-BF16 {_avx512_bf16()}",
+        # what precision auto goes by (pals_adapters/harness/precision.py)
+        "cpu_bf16": f"native bfloat16 (AVX512-BF16 or AMX) {'yes' if cpu_has_native_bf16() else 'no'}",
         "step_seconds": seconds,
     }
     data, md = summarise(raw, command_line())

@@ -3,7 +3,7 @@ CPU that can only emulate it.
 
 bfloat16 autocast pays on a CPU only where the CPU multiplies bfloat16 itself (AVX512-BF16 or AMX). Elsewhere,
 e.g. on a CPU with AVX2 only, oneDNN has no bfloat16 kernels and torch falls back to generic code that is many
-times slower than float32: 16x on the main job's steps on an AMD EPYC with AVX2 only, against 1.4x faster
+times slower than float32: 15-16x on the main job's steps on an AMD EPYC with AVX2 only, against 1.4x faster
 on one with AVX512-BF16 (`benchmarks/cpu_precision.py`, its results in benchmarks/results/). ``auto`` therefore
 takes bf16 where the hardware computes it natively (such a CPU, a GPU from Ampere on) and fp32 elsewhere.
 """

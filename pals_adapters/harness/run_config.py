@@ -216,10 +216,10 @@ class RunConfig:
         shared, method = take_from_export(self)
         self._default_frozen_base_settings()
         check_values(self)
-        self.precision = resolve_precision(self.precision)  # auto: what this hardware runs fast
         method = method or get_method(self.method)
         self.method = current_name(self.method)  # a renamed method is recorded (run folder, results) by its new name
         check_choices(self, method)
+        self.precision = resolve_precision(self.precision)  # a valid name by now; auto: what this hardware runs fast
         specs = resolve_tasks(self)
         check_added_tasks(self, specs, shared, method)
         check_data_location(self, specs)
