@@ -10,7 +10,8 @@ sees the same load:
 - the PAL module's forward (V_E, the fused q/k/v, the small attention, V_D, GELU), as the plugin runs it;
 - its parts alone: the three matmuls, the small attention (SDPA), the GELU;
 - for training, the attention dropout over the (B, heads, T, T) probabilities, alone: torch's
-  ``F.dropout`` (a ``bernoulli_`` draw per element) and the PAL's own (`dropout_keep_mask` and a multiply).
+  ``F.dropout`` (a ``bernoulli_`` draw per element) and the PAL's own (`dropped_positions`: the dropped
+  elements drawn as geometric gaps, their values kept for the backward, then zeroed in place).
 
 It prints each as a fraction of the base layer and the *floor*: 1 + (PAL matmuls + small attention) /
 base layer, the ratio a PALs forward would reach if the adapters plumbing, the residual add and the GELU
@@ -30,7 +31,8 @@ import torch.nn.functional as F
 
 import pals_adapters  # noqa: F401  (registers the PAL config type)
 from pals_adapters.pals import PALsConfig, ProjectedAttentionLayer
-from pals_adapters.pals.modeling import Projections, dropout_keep_mask, init_projections
+from pals_adapters.pals.dropout_attention import dropped_positions
+from pals_adapters.pals.modeling import Projections, init_projections
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, load_model, machine_info, padded_batch, write_results  # noqa: E402
@@ -87,10 +89,17 @@ def parts(model, hidden, mask):
         "PAL small attention": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
         "PAL GELU": lambda: F.gelu(up),
         "attention dropout, torch's F.dropout (training)": lambda: F.dropout(probabilities, 0.1, True),
-        "attention dropout, the PAL's keep mask (training)": lambda: (
-            probabilities * dropout_keep_mask(probabilities.shape, 0.1)
-        ),
+        "attention dropout, the PAL's sparse draw (training)": lambda: sparse_dropout(probabilities, 0.1),
     }
+
+
+def sparse_dropout(probabilities, p):
+    """What the PAL's training path does to its probabilities: draw, keep the dropped values, zero them."""
+    flat = probabilities.view(-1)
+    dropped = dropped_positions(flat.numel(), p)
+    kept_for_backward = flat.index_select(0, dropped)
+    flat.index_fill_(0, dropped, 0.0)
+    return kept_for_backward
 
 
 def measure(work, rounds):

@@ -4,12 +4,13 @@
 projected space without an output matrix (PALs) or the identity (low-rank layers).
 """
 
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pals_adapters.pals.dropout_attention import attention_with_dropout
 
 _ACTIVATIONS = {
     "gelu": nn.GELU,
@@ -137,53 +138,6 @@ def mask_in_dtype(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
     if mask is None or mask.dtype == dtype:
         return mask
     return mask.to(dtype).clamp(min=torch.finfo(dtype).min)
-
-
-def attention_with_dropout(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, dropout: float
-) -> torch.Tensor:
-    """``dropout(softmax(q kᵀ / √d + mask)) v``: what ``scaled_dot_product_attention`` computes with dropout.
-
-    Used on the CPU only, where that function falls back, with dropout, to a generic path that also
-    guards against rows masked entirely with -inf (extra passes over the (B, heads, T, T) scores,
-    forward and backward). The masks here are finite (`additive_mask`), so those passes change nothing
-    and are skipped. Dropout draws its mask with `dropout_keep_mask` (cheaper than torch's CPU
-    ``bernoulli_``, other random draws) and puts its 1 / (1 - p) on the (B, heads, T, d) context rather than
-    on the (B, heads, T, T) probabilities. Half precision is computed in float32, as there.
-    """
-    dtype = query.dtype
-    if dtype in (torch.float16, torch.bfloat16):
-        query, key, value = query.float(), key.float(), value.float()
-        mask = mask.float() if mask is not None else None
-    scores = torch.matmul(query * query.shape[-1] ** -0.5, key.transpose(-1, -2))
-    if mask is not None:
-        scores = scores.add_(mask)  # in place: the matmul's backward needs its inputs, not its output
-    probs = scores.softmax(-1)
-    # 0/1 in the probabilities' dtype (dropout < 1: the configs refuse 1); the 1 / (1 - p) goes on the context
-    probs = probs * dropout_keep_mask(probs.shape, dropout, probs.dtype, probs.device)
-    context = torch.matmul(probs, value) * (1.0 / (1.0 - dropout))
-    return context if context.dtype == dtype else context.to(dtype)
-
-
-def dropout_keep_mask(
-    shape: torch.Size, p: float, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
-) -> torch.Tensor:
-    """1 (keep) with probability 1 - p and 0 otherwise, independently, in ``dtype``; from torch's random stream.
-
-    torch's CPU ``bernoulli_`` turns one 64-bit draw into a double for every element (about 6 ns each).
-    Here 64-bit integers over their full range are drawn in bulk and read as two uniform 32-bit integers,
-    each compared with a threshold straight into ``dtype``: the same Bernoulli(1 - p), with p exact to
-    2^-32, for about a third of the cost, and a seeded run still repeats itself (`torch.manual_seed`).
-    """
-    if torch.compiler.is_compiling():  # dynamo cannot trace the in-place random_: uniform floats there
-        return (torch.rand(shape, device=device) >= p).to(dtype)
-    count = math.prod(shape)
-    bits = torch.empty((count + 1) // 2, dtype=torch.int64, device=device).random_(-(2**63), None)
-    # an int32 is uniform on [-2^31, 2^31): below the threshold with probability p. Kept within int32, which
-    # a p within 2^-33 of 1 would leave (a Python int past it compares as if wrapped around)
-    threshold = min(round(p * 2**32) - 2**31, 2**31 - 1)
-    keep = torch.empty(shape, dtype=dtype, device=device)
-    return torch.ge(bits.view(torch.int32)[:count].view(shape), threshold, out=keep)
 
 
 class ProjectedAttentionLayer(nn.Module):

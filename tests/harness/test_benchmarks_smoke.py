@@ -147,6 +147,29 @@ def test_pal_cost_floor_times_every_part_beside_a_layer(tmp_path):
     assert data["floor"] == pytest.approx(floor)
 
 
+def test_dropout_attention_times_the_pal_path_beside_sdpa(tmp_path):
+    out = run_script(
+        "dropout_attention.py",
+        "--batch",
+        "2",
+        "--length",
+        "16",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--name",
+        "dropout",
+        tmp_path=tmp_path,
+    )
+    data = json.loads((tmp_path / "dropout.json").read_text())
+    assert [row["variant"] for row in data["rows"]] == ["sdpa_no_dropout", "sdpa_dropout", "dense_mask", "pals"]
+    assert all(row["ms"] > 0 for row in data["rows"])
+    # the PAL path is checked against the formula with the same dropped elements, not only timed
+    assert data["formula_differences"]["output"] < 1e-5 and data["formula_differences"]["gradients"] < 1e-4
+    assert "`pals` against the formula" in out
+
+
 @pytest.mark.slow
 def test_cpu_precision_times_both_precisions_on_the_configs_batches(tmp_path, tiny_model_dir):
     from helpers import glue_dir

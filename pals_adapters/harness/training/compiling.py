@@ -38,7 +38,7 @@ def allow_task_graphs(num_tasks: int) -> None:
 def prepare_compile(num_tasks: int) -> None:
     """Process-wide settings for compiling a model of ``num_tasks`` tasks: a graph per task, and random
     numbers from torch's kernels (faster than inductor's on a CPU, and the same draws as eager code except
-    for the PAL attention's dropout mask on a CPU: see `pals_adapters.pals.modeling.dropout_keep_mask`)."""
+    for the PAL attention's dropout on a CPU: see `pals_adapters.pals.dropout_attention`)."""
     allow_task_graphs(num_tasks)
     torch._inductor.config.fallback_random = True
 

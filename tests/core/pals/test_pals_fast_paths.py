@@ -1,9 +1,9 @@
 """The PAL's fast paths compute what the paper's formula computes.
 
-The reference below is the projected attention written out op by op; with dropout, it applies the mask
-that `dropout_keep_mask` draws from the same seed the way ``F.dropout`` applies its own (zero, or scale by
-1 / (1 - p)). The mask itself is checked for what dropout needs: each element dropped with probability p,
-independently, and a seeded run repeated exactly.
+The reference below is the projected attention written out op by op; with dropout, it drops the
+elements that `dropped_positions` draws from the same seed the way ``F.dropout`` does (zero, or scale by
+1 / (1 - p)). The drawing itself is checked for what dropout needs: each element dropped with probability
+p, independently, and a seeded run repeated exactly.
 """
 
 import math
@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pals_adapters.pals.dropout_attention import attention_with_dropout, dropped_positions
 from pals_adapters.pals.modeling import (
     ProjectedAttentionLayer,
     ProjectedSelfAttention,
-    dropout_keep_mask,
     fused_attention,
     mask_in_dtype,
 )
@@ -34,8 +34,9 @@ def reference_attention(layer: ProjectedSelfAttention, x, mask, dropout_seed=Non
     probs = scores.softmax(-1)
     if dropout_seed is not None:
         torch.manual_seed(dropout_seed)
-        keep = dropout_keep_mask(probs.shape, layer.dropout).bool()
-        probs = torch.where(keep, probs / (1 - layer.dropout), 0.0)
+        keep = torch.ones(probs.numel(), dtype=torch.bool)
+        keep[dropped_positions(probs.numel(), layer.dropout)] = False
+        probs = torch.where(keep.view(probs.shape), probs / (1 - layer.dropout), 0.0)
     context = (probs @ v).to(x.dtype)
     return context.transpose(1, 2).reshape(batch, length, size)
 
@@ -124,33 +125,67 @@ def test_dropout_keeps_the_expected_value():
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
-def test_keep_mask_drops_every_element_with_probability_p(p):
+@pytest.mark.parametrize("batch", [None, 1000])
+def test_dropped_positions_drop_every_element_with_probability_p(p, batch):
+    """Each element dropped with probability p, independently of its neighbours; ``batch=1000`` draws the
+    gaps a thousand at a time, so the drawing goes round its loop many times."""
     torch.manual_seed(0)
-    shape = (9, 5, 127, 129)  # an odd count: the last 64-bit draw is half used
-    assert math.prod(shape) % 2
-    keep = dropout_keep_mask(shape, p)
-    assert keep.shape == shape and keep.dtype == torch.float32
-    assert set(keep.unique().tolist()) <= {0.0, 1.0}
-    flat = 1 - keep.flatten()
-    tolerance = 6 * math.sqrt(p * (1 - p) / (flat.numel() / 2))
-    # Each 64-bit draw gives two masks elements (its low and high 32 bits): both halves must be uniform,
-    # the high one included (torch's plain `random_()` never sets an int64's top bit).
-    for half in (flat[0::2], flat[1::2]):
-        assert abs(half.mean().item() - p) < tolerance
-    # Independent: neighbours (the two halves of one draw, and of two draws) are both dropped with p².
-    both = flat[:-2] * flat[1:-1]
-    assert abs(both.mean().item() - p * p) < 6 * math.sqrt(p * p / both.numel())
+    count = 9 * 5 * 127 * 129
+    positions = dropped_positions(count, p, batch=batch)
+    assert positions.dtype == torch.int64
+    assert positions[0] >= 0 and positions[-1] < count and (positions[1:] > positions[:-1]).all()  # sorted, unique
+    dropped = torch.zeros(count)
+    dropped[positions] = 1.0
+    assert abs(dropped.mean().item() - p) < 6 * math.sqrt(p * (1 - p) / count)
+    # the first and the last elements are as likely as any: 2,000 short draws, each element's rate
+    firsts = torch.zeros(3)
+    for _ in range(2000):
+        short = dropped_positions(3, p)
+        firsts[short] += 1
+    assert (firsts / 2000 - p).abs().max() < 6 * math.sqrt(p * (1 - p) / 2000), firsts
+    # independent: neighbours, and elements two apart, are both dropped with probability p²
+    for lag in (1, 2):
+        both = dropped[:-lag] * dropped[lag:]
+        assert abs(both.mean().item() - p * p) < 6 * math.sqrt(p * p / both.numel())
 
 
-def test_keep_mask_follows_the_seed_and_the_dtype():
+def test_dropped_positions_follow_the_seed_and_refuse_p_outside_0_1():
     torch.manual_seed(5)
-    first = dropout_keep_mask((4, 33), 0.2, torch.bfloat16)
+    first = dropped_positions(4 * 33, 0.2)
     torch.manual_seed(5)
-    again = dropout_keep_mask((4, 33), 0.2, torch.bfloat16)
-    assert first.dtype == torch.bfloat16 and torch.equal(first, again)
-    assert not torch.equal(first, dropout_keep_mask((4, 33), 0.2, torch.bfloat16))
-    assert dropout_keep_mask((1000,), 0.0).all()  # p = 0 keeps everything
-    assert dropout_keep_mask((1000,), 1 - 1e-12).sum() <= 1  # p next to 1 drops everything, not nothing
+    assert torch.equal(first, dropped_positions(4 * 33, 0.2))
+    assert not torch.equal(first, dropped_positions(4 * 33, 0.2))
+    for p in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="dropout probability"):
+            dropped_positions(10, p)
+
+
+def test_attention_with_dropout_has_the_formulas_gradients_in_float64():
+    """gradcheck on the hand-written backward, the dropped elements fixed by reseeding before each call."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 5, generator=generator, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 7, dtype=torch.float64)
+    mask[1, ..., 5:] = torch.finfo(torch.float64).min
+
+    def attention(q, k, v):
+        torch.manual_seed(3)
+        return attention_with_dropout(q, k, v, mask, 0.3)
+
+    assert torch.autograd.gradcheck(attention, (q, k, v))
+    # the backward keeps its saved tensors: a second backward over the same graph gives the same gradients
+    out = attention(q, k, v)
+    first = torch.autograd.grad(out.square().sum(), (q, k, v), retain_graph=True)
+    again = torch.autograd.grad(out.square().sum(), (q, k, v))
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+
+
+def test_attention_with_dropout_takes_a_mask_that_needs_its_gradient():
+    """A mask that requires a gradient (not a PAL's) goes the op-by-op way, so it gets one."""
+    q, k, v = (torch.randn(1, 2, 4, 3) for _ in range(3))
+    mask = torch.zeros(1, 1, 1, 4, requires_grad=True)
+    attention_with_dropout(q, k, v, mask, 0.2).sum().backward()
+    assert mask.grad is not None and mask.grad.shape == mask.shape
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
