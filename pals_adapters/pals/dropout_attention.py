@@ -52,6 +52,16 @@ class _AttentionWithSparseDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, mask, p):
+        with torch.autocast(query.device.type, enabled=False):  # float32 throughout, under autocast too
+            return _AttentionWithSparseDropout._forward(ctx, query, key, value, mask, p)
+
+    @staticmethod
+    def backward(ctx, grad_context):
+        with torch.autocast(grad_context.device.type, enabled=False):
+            return _AttentionWithSparseDropout._backward(ctx, grad_context)
+
+    @staticmethod
+    def _forward(ctx, query, key, value, mask, p):
         scale = query.shape[-1] ** -0.5
         query = (query * scale).contiguous()  # scaled once: dk needs q·scale, dq gets the scale at the end
         key, value = key.contiguous(), value.contiguous()
@@ -70,7 +80,7 @@ class _AttentionWithSparseDropout(torch.autograd.Function):
         return context
 
     @staticmethod
-    def backward(ctx, grad_context):
+    def _backward(ctx, grad_context):
         query, key, value, kept_probs, dropped, dropped_probs, context = ctx.saved_tensors
         grad = (grad_context * ctx.keep_scale).contiguous()  # the gradient of kept_probs @ value
         grad_value = torch.matmul(kept_probs.transpose(-1, -2), grad)

@@ -180,6 +180,24 @@ def test_attention_with_dropout_has_the_formulas_gradients_in_float64():
         assert torch.equal(a, b)
 
 
+def test_training_with_dropout_under_cpu_autocast_matches_float32():
+    """Under bf16 autocast (the harness's ``--precision bf16`` on a CPU) the attention's own forward and
+    backward stay in float32; the PAL's linear layers run in bf16, so the result is float32's to bf16 rounding."""
+    pal = pal_layer(torch.float32, dropout=0.3).train()
+    h, mask = inputs(torch.float32)
+    params = [h, *pal.parameters()]
+    torch.manual_seed(7)
+    expected = pal(h, mask)
+    want = gradients(expected, params)
+    torch.manual_seed(7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = pal(h, mask)
+    got = gradients(out, params)
+    assert torch.allclose(out.float(), expected, atol=3e-2, rtol=3e-2), (out.float() - expected).abs().max()
+    for g, w in zip(got, want):
+        assert torch.allclose(g.float(), w, atol=5e-2 * w.abs().max().item(), rtol=5e-2)
+
+
 def test_attention_with_dropout_takes_a_mask_that_needs_its_gradient():
     """A mask that requires a gradient (not a PAL's) goes the op-by-op way, so it gets one."""
     q, k, v = (torch.randn(1, 2, 4, 3) for _ in range(3))
