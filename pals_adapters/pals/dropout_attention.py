@@ -118,6 +118,7 @@ def attention_with_dropout(
 
 
 def attention_with_dense_dropout(query, key, value, mask, dropout):
+    """The same formula op by op, with a dense keep mask from ``torch.rand``: what ``torch.compile`` traces."""
     scores = torch.matmul(query * query.shape[-1] ** -0.5, key.transpose(-1, -2))
     if mask is not None:
         scores = scores + mask
