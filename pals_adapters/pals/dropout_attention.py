@@ -34,34 +34,29 @@ def dropped_positions(
     if batch is None:  # the mean number of gaps to pass `count`, and 8 standard deviations more
         mean = count * p
         batch = int(mean + 8 * math.sqrt(mean * (1.0 - p)) + 16)
+    if count == 0:
+        return torch.empty(0, dtype=torch.int64, device=device)
     log_keep = math.log1p(-p)
-    pieces, end = [torch.empty(0, dtype=torch.float64, device=device)], 0
+    pieces, end = [], 0
     while end < count:
         uniform = torch.rand(batch, dtype=torch.float64, device=device)
         gaps = torch.floor(torch.log1p(-uniform) / log_keep).add_(1.0)  # 1 - u is in (0, 1]: no log(0)
         positions = gaps.cumsum_(0).add_(end - 1)
         pieces.append(positions)
         end = int(positions[-1].item()) + 1
-    positions = pieces[-1] if len(pieces) == 2 else torch.cat(pieces)
+    positions = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
     inside = int(torch.searchsorted(positions, float(count)))  # positions are exact integers in float64
     return positions[:inside].long()
 
 
 class _AttentionWithSparseDropout(torch.autograd.Function):
-    """q, k, v: (B, heads, T, d) float tensors; mask: additive, broadcastable to the scores, or None."""
+    """q, k, v: (B, heads, T, d) float tensors; mask: additive, broadcastable to the scores, or None. Used on
+    the CPU (`attention_with_dropout`'s caller picks SDPA elsewhere)."""
 
+    # float32 throughout, under CPU autocast too (torch runs the backward with the forward's autocast state)
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu", cast_inputs=torch.float32)
     def forward(ctx, query, key, value, mask, p):
-        with torch.autocast(query.device.type, enabled=False):  # float32 throughout, under autocast too
-            return _AttentionWithSparseDropout._forward(ctx, query, key, value, mask, p)
-
-    @staticmethod
-    def backward(ctx, grad_context):
-        with torch.autocast(grad_context.device.type, enabled=False):
-            return _AttentionWithSparseDropout._backward(ctx, grad_context)
-
-    @staticmethod
-    def _forward(ctx, query, key, value, mask, p):
         scale = query.shape[-1] ** -0.5
         query = (query * scale).contiguous()  # scaled once: dk needs q·scale, dq gets the scale at the end
         key, value = key.contiguous(), value.contiguous()
@@ -80,13 +75,15 @@ class _AttentionWithSparseDropout(torch.autograd.Function):
         return context
 
     @staticmethod
-    def _backward(ctx, grad_context):
+    @torch.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, grad_context):
         query, key, value, kept_probs, dropped, dropped_probs, context = ctx.saved_tensors
         grad = (grad_context * ctx.keep_scale).contiguous()  # the gradient of kept_probs @ value
         grad_value = torch.matmul(kept_probs.transpose(-1, -2), grad)
         grad_probs = torch.matmul(grad, value.transpose(-1, -2))  # of the kept probabilities
-        # Softmax backward: dS = P ⊙ (dP - r), r = Σ P ⊙ dP. dP is zero where dropped, so r = grad · (P_kept v).
-        rowsums = torch.linalg.vecdot(grad, context) * (1.0 / ctx.keep_scale)
+        # Softmax backward: dS = P ⊙ (dP - r), r = Σ P ⊙ dP. dP is zero where dropped, so
+        # r = grad · (P_kept v) = grad_context · context (the two 1 / (1 - p) cancel).
+        rowsums = torch.linalg.vecdot(grad_context, context)
         grad_scores = grad_probs.sub_(rowsums.unsqueeze(-1)).mul_(kept_probs)  # zero where dropped
         length = kept_probs.shape[-1]
         dropped_grads = dropped_probs * rowsums.view(-1).index_select(0, dropped // length)
