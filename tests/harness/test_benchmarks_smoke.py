@@ -147,6 +147,60 @@ def test_pal_cost_floor_times_every_part_beside_a_layer(tmp_path):
     assert data["floor"] == pytest.approx(floor)
 
 
+def test_pal_step_floor_times_the_base_steps_and_the_pal_parts(tmp_path):
+    out = run_script("pal_step_floor.py", "--model", "tiny", "--rounds", "2", "--name", "steps", tmp_path=tmp_path)
+    assert "| PALs frozen-base step |" in out and "<= 0.72 |" in out
+    data = json.loads((tmp_path / "steps.json").read_text())
+    times, layers = data["seconds"], data["pal_layers"]
+    assert layers == 2 and all(len(t) == 2 and min(t) > 0 for t in times.values())
+    full, frozen = (
+        times["base: full fine-tuning step"],
+        times["base: all weights frozen, gradients down to the first layer's output"],
+    )
+    parts = [
+        layers * (m + a)
+        for m, a in zip(
+            times["one PAL layer: matmuls, forward and backward"],
+            times["one PAL layer: small attention, SDPA fused, no dropout, forward and backward"],
+        )
+    ]
+    # the floors are taken round by round, then the median (of two rounds: their mean) and the quartiles
+    frozen_floors = sorted((f + p) / b for f, p, b in zip(frozen, parts, full))
+    assert data["frozen_step_floor"]["median"] == pytest.approx(sum(frozen_floors) / 2)
+    assert data["full_step_floor"]["median"] == pytest.approx(sum(1 + p / b for p, b in zip(parts, full)) / 2)
+    low, high = data["frozen_step_floor"]["q1"], data["frozen_step_floor"]["q3"]
+    assert frozen_floors[0] <= low <= data["frozen_step_floor"]["median"] <= high <= frozen_floors[1]
+    measured = [m / b for m, b in zip(times["PALs: frozen-base step"], full)]
+    above = sorted(m - f for m, f in zip(measured, ((f + p) / b for f, p, b in zip(frozen, parts, full))))
+    assert data["frozen_step_above_floor"]["median"] == pytest.approx(sum(above) / 2)
+
+
+def test_pal_step_floor_base_frozen_step_carries_gradients_down_to_the_first_layer_output():
+    module = import_script("pal_step_floor.py")
+    from _speed_jobs import Bench, make_workload
+
+    work = make_workload("tiny", 2, 16, module.torch.device("cpu"))
+    bench = Bench(module.load_model("tiny"), [], ("train_full", "train_frozen"), work.device)
+    weight_gradients = []
+    for p in bench.model.parameters():
+        p.register_hook(lambda g: weight_gradients.append(g))
+    outputs = {}
+
+    def keep(name):
+        def hook(module, inputs, output):
+            outputs[name] = output[0] if isinstance(output, tuple) else output
+
+        return hook
+
+    bench.model.embeddings.register_forward_hook(keep("embeddings"))
+    bench.model.encoder.layer[0].register_forward_hook(keep("first"))
+    module.frozen_base_step(bench, work)
+    assert weight_gradients == []  # no weight of the base gets one
+    assert outputs["first"].grad is not None  # the first layer's output receives its gradient...
+    assert not outputs["embeddings"].requires_grad  # ...and nothing below it is differentiated
+    assert len(bench.model.encoder.layer[0]._forward_hooks) == 1  # the step's own hook is gone, ours stays
+
+
 def test_dropout_attention_times_the_pal_path_beside_sdpa(tmp_path):
     out = run_script(
         "dropout_attention.py",
