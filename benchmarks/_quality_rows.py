@@ -1,5 +1,8 @@
 """quality.py's profiles (model, tasks, budget) and rows (method, base, sampler, seeds)."""
 
+from types import MappingProxyType
+from typing import NamedTuple
+
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 
 PROFILES = {
@@ -70,47 +73,87 @@ PROFILES = {
     ),
 }
 
-# (row name, table, method, base, sampler, seeded): "seeded" rows are repeated over every seed,
-# the rows the paper's claims rest on; the others use the first seed.
+
+class Row(NamedTuple):
+    """One row of a table: its runs are one per seed (``seeded``) or one with the profile's first seed.
+
+    ``settings`` override the profile's for this row's runs. ``tag`` goes into its run ids: a row that reruns
+    another's runs with other settings, or after a change of code that the recorded settings do not show,
+    gets runs of its own instead of the cached ones.
+    """
+
+    name: str
+    table: str
+    method: str
+    base: str
+    sampler: str
+    seeded: bool
+    settings: MappingProxyType = MappingProxyType({})
+    tag: str = ""
+
+
+# The quick profile's rows. "seeded" rows, repeated over every seed, are the rows the paper's claims rest on.
 ROWS = [
-    ("separate fine-tuned models", "2", "full", "finetune", "round_robin", True),
-    ("shared (heads only per task)", "2", "shared", "finetune", "annealed", True),
-    ("PALs", "2", "pals", "finetune", "annealed", True),
-    ("low-rank", "3", "low_rank", "finetune", "annealed", False),
-    ("Houlsby", "3", "houlsby", "finetune", "annealed", False),
-    ("PALs, frozen base", "frozen", "pals", "frozen", "annealed", False),
-    ("Houlsby, frozen base", "frozen", "houlsby", "frozen", "annealed", False),
-    ("LoRA (adapters), frozen base", "frozen", "lora", "frozen", "annealed", False),
-    ("LoRA (PEFT), frozen base", "frozen", "peft_lora", "frozen", "annealed", False),
-    ("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
-    ("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
-    ("PALs + square root", "sampling", "pals", "finetune", "sqrt", False),
-    ("PALs + annealed", "sampling", "pals", "finetune", "annealed", False),
-    ("PALs + MT-Uncertainty", "sampling", "pals", "finetune", "mt_uncertainty", False),
+    Row("separate fine-tuned models", "2", "full", "finetune", "round_robin", True),
+    Row("shared (heads only per task)", "2", "shared", "finetune", "annealed", True),
+    Row("PALs", "2", "pals", "finetune", "annealed", True),
+    Row("low-rank", "3", "low_rank", "finetune", "annealed", False),
+    Row("Houlsby", "3", "houlsby", "finetune", "annealed", False),
+    Row("PALs, frozen base", "frozen", "pals", "frozen", "annealed", False),
+    Row("Houlsby, frozen base", "frozen", "houlsby", "frozen", "annealed", False),
+    Row("LoRA (adapters), frozen base", "frozen", "lora", "frozen", "annealed", False),
+    Row("LoRA (PEFT), frozen base", "frozen", "peft_lora", "frozen", "annealed", False),
+    Row("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
+    Row("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
+    Row("PALs + square root", "sampling", "pals", "finetune", "sqrt", False),
+    Row("PALs + annealed", "sampling", "pals", "finetune", "annealed", False),
+    Row("PALs + MT-Uncertainty", "sampling", "pals", "finetune", "mt_uncertainty", False),
 ]
 
+
+FROZEN_BASE_DEFAULTS = MappingProxyType({"standardise_targets": None, "scale_shared_lr": None})
 
 # The medium profile: Houlsby and LoRA also at the PALs parameter budget (per task, MiniLM: PALs 267,930;
 # Houlsby with reduction factor 13.7, i.e. bottleneck 28: 262,992, -1.8%; adapters LoRA r=29 on q/v:
 # 267,264, -0.2%), frozen rows at the methods' usual sizes.
 ROWS_MEDIUM = [
-    ("separate fine-tuned models", "2", "full", "finetune", "round_robin", True),
-    ("shared (heads only per task)", "2", "shared", "finetune", "annealed", True),
-    ("PALs + annealed", "2", "pals", "finetune", "annealed", True),
-    ("Houlsby at the PALs budget", "budget", "houlsby[reduction_factor=13.7]", "finetune", "annealed", True),
-    ("LoRA (adapters) r=29, PALs budget", "budget", "lora[r=29]", "finetune", "annealed", True),
-    ("Houlsby (d/16)", "3", "houlsby", "finetune", "annealed", False),
-    ("LoRA (adapters) r=8", "3", "lora", "finetune", "annealed", False),
-    ("LoRA (PEFT) r=8", "3", "peft_lora", "finetune", "annealed", False),
-    ("low-rank", "3", "low_rank", "finetune", "annealed", False),
-    ("projected attention on top", "3", "attention_on_top", "finetune", "annealed", False),
-    ("CA-MTL (MT-Uncertainty)", "3", "ca_mtl", "finetune", "mt_uncertainty", False),
-    ("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
-    ("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
-    ("PALs + square root", "sampling", "pals", "finetune", "sqrt", False),
-    ("PALs + MT-Uncertainty", "sampling", "pals", "finetune", "mt_uncertainty", False),
-    ("PALs, frozen base", "frozen", "pals", "frozen", "annealed", False),
-    ("Houlsby, frozen base", "frozen", "houlsby", "frozen", "annealed", False),
-    ("LoRA (adapters) r=8, frozen base", "frozen", "lora", "frozen", "annealed", False),
+    Row("separate fine-tuned models", "2", "full", "finetune", "round_robin", True),
+    Row("shared (heads only per task)", "2", "shared", "finetune", "annealed", True),
+    Row("PALs + annealed", "2", "pals", "finetune", "annealed", True),
+    Row("Houlsby at the PALs budget", "budget", "houlsby[reduction_factor=13.7]", "finetune", "annealed", True),
+    Row("LoRA (adapters) r=29, PALs budget", "budget", "lora[r=29]", "finetune", "annealed", True),
+    Row("Houlsby (d/16)", "3", "houlsby", "finetune", "annealed", False),
+    Row("LoRA (adapters) r=8", "3", "lora", "finetune", "annealed", False),
+    Row("LoRA (PEFT) r=8", "3", "peft_lora", "finetune", "annealed", False),
+    Row("low-rank", "3", "low_rank", "finetune", "annealed", False),
+    Row("projected attention on top", "3", "attention_on_top", "finetune", "annealed", False),
+    Row("CA-MTL (MT-Uncertainty, old regression rule)", "3", "ca_mtl", "finetune", "mt_uncertainty", False),
+    Row("PALs + round robin", "sampling", "pals", "finetune", "round_robin", False),
+    Row("PALs + proportional", "sampling", "pals", "finetune", "proportional", False),
+    Row("PALs + square root", "sampling", "pals", "finetune", "sqrt", False),
+    Row("PALs + MT-Uncertainty (old regression rule)", "sampling", "pals", "finetune", "mt_uncertainty", False),
+    Row("PALs, frozen base (plain MSE, one lr)", "frozen", "pals", "frozen", "annealed", False),
+    Row("Houlsby, frozen base (plain MSE, one lr)", "frozen", "houlsby", "frozen", "annealed", False),
+    Row("LoRA (adapters) r=8, frozen base (plain MSE, one lr)", "frozen", "lora", "frozen", "annealed", False),
+    # Reruns, 3 seeds each (issue 22), of the rows above that ran before a change:
+    # - MT-Uncertainty scored a regression example at the median uncertainty of the classification ones,
+    #   which starved STS-B (fixed in a38b5ae: a regression task keeps its proportional share);
+    # - a frozen base now starts a regression head at the labels' mean and scales the shared projections'
+    #   learning rate (standardise_targets, scale_shared_lr: None is the harness's default for the base).
+    *(
+        Row(name, table, method, base, "mt_uncertainty", True, tag="regression-share")
+        for name, table, method, base in (
+            ("PALs + MT-Uncertainty", "sampling", "pals", "finetune"),
+            ("CA-MTL (MT-Uncertainty)", "3", "ca_mtl", "finetune"),
+        )
+    ),
+    *(
+        Row(name, "frozen", method, "frozen", "annealed", True, FROZEN_BASE_DEFAULTS, tag="frozen-defaults")
+        for name, method in (
+            ("PALs, frozen base", "pals"),
+            ("Houlsby, frozen base", "houlsby"),
+            ("LoRA (adapters) r=8, frozen base", "lora"),
+        )
+    ),
 ]
 PROFILE_ROWS = {"medium": ROWS_MEDIUM, "smoke": ROWS_MEDIUM}

@@ -59,20 +59,22 @@ def run_cached(out: Path, run_id: str, config: RunConfig, train: bool = True) ->
     return results
 
 
-def planned_runs(profile, name, method, base, sampler, seeded, glue_dir):
+def planned_runs(profile, row, glue_dir):
     """Every run of one row as (seed, run id, RunConfig): per seed, and per task for separate models."""
     settings = {k: v for k, v in profile.items() if k not in ("seeds", "tasks", "separate_epochs")}
-    seeds = profile["seeds"] if seeded else profile["seeds"][:1]
-    task_groups = [[t] for t in profile["tasks"]] if name.startswith("separate") else [profile["tasks"]]
+    settings.update(row.settings)
+    seeds = profile["seeds"] if row.seeded else profile["seeds"][:1]
+    task_groups = [[t] for t in profile["tasks"]] if row.name.startswith("separate") else [profile["tasks"]]
+    tag = f"-{row.tag}" if row.tag else ""
     planned = []
     for seed in seeds:
         for tasks in task_groups:
             config = RunConfig(
                 **settings,
                 tasks=tasks,
-                method=method,
-                base=base,
-                sampler=sampler,
+                method=row.method,
+                base=row.base,
+                sampler=row.sampler,
                 seed=seed,
                 glue_dir=glue_dir,
                 export=False,
@@ -82,14 +84,15 @@ def planned_runs(profile, name, method, base, sampler, seeded, glue_dir):
                     size = min(train_size(tasks[0], glue_dir), profile.get("max_train_examples") or 10**12)
                     config.max_steps = math.ceil(profile["separate_epochs"] * size / profile["batch_size"])
                 config.steps_per_epoch = config.max_steps
-            planned.append((seed, f"{method}-{base}-{sampler}-{'+'.join(tasks)}-s{seed}", config))
+            run_id = f"{row.method}-{row.base}-{row.sampler}-{'+'.join(tasks)}{tag}-s{seed}"
+            planned.append((seed, run_id, config))
     return planned
 
 
 def row_runs(out, profile, row, glue_dir):
     """Results of every run of one row (per seed), read from the cache; None while a run is missing."""
     per_seed = {}
-    for seed, run_id, config in planned_runs(profile, *row[:1], *row[2:], glue_dir):
+    for seed, run_id, config in planned_runs(profile, row, glue_dir):
         results = run_cached(out, run_id, config, train=False)
         if results is None:
             return None
@@ -136,7 +139,7 @@ def parse_args(argv=None):
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    known = {row[0] for row in PROFILE_ROWS.get(args.profile, ROWS)}
+    known = {row.name for row in PROFILE_ROWS.get(args.profile, ROWS)}
     unknown = sorted(set(args.rows or ()) - known)
     if unknown:
         parser.error(f"unknown rows {unknown}; the {args.profile} profile has: {', '.join(sorted(known))}")
@@ -144,13 +147,13 @@ def parse_args(argv=None):
 
 
 def selected_rows(args):
-    return [row for row in PROFILE_ROWS.get(args.profile, ROWS) if not args.rows or row[0] in args.rows]
+    return [row for row in PROFILE_ROWS.get(args.profile, ROWS) if not args.rows or row.name in args.rows]
 
 
 def train_runs(args, profile, out, worker=0, workers=1) -> int:
     """Trains this worker's share of the runs (every ``workers``-th, from ``worker``); a failed run is
     reported and the others go on. Returns the number of failed runs."""
-    planned = [run for row in selected_rows(args) for run in planned_runs(profile, *row[:1], *row[2:], args.glue_dir)]
+    planned = [run for row in selected_rows(args) for run in planned_runs(profile, row, args.glue_dir)]
     failed = 0
     for seed, run_id, config in planned[worker::workers]:
         try:
@@ -203,19 +206,19 @@ def write_report(args, profile, out):
     rows, missing = [], []
     spread = "std" if args.profile == "medium" else "stderr"
     for row in selected_rows(args):
-        name, table, method, base, sampler, _ = row
         per_seed = row_runs(out, profile, row, args.glue_dir)
         if per_seed is None:
-            missing.append(name)
+            missing.append(row.name)
             continue
-        total, shared = total_parameters(name, per_seed, profile["tasks"])
+        total, shared = total_parameters(row.name, per_seed, profile["tasks"])
         rows.append(
             {
-                "name": name,
-                "table": table,
-                "method": method,
-                "base": base,
-                "sampler": sampler,
+                "name": row.name,
+                "table": row.table,
+                "method": row.method,
+                "base": row.base,
+                "sampler": row.sampler,
+                "settings": dict(row.settings),
                 "per_seed": per_seed,
                 "summary": summarise(per_seed, profile["tasks"]),
                 "total_parameters": total,
@@ -240,7 +243,7 @@ def write_report(args, profile, out):
     (out / "quality.json").write_text(json.dumps(report, indent=2))
     text = markdown(rows, profile["tasks"], spread, paired, majority)
     if missing:
-        text += "\nRows not finished yet: " + ", ".join(missing) + "\n"
+        text += "\nRows not finished yet: " + "; ".join(missing) + ".\n"
     (out / "quality.md").write_text(text)
     print(text)
 

@@ -332,11 +332,41 @@ def test_frozen_learning_reports_the_cached_runs_of_its_own_settings_and_the_tar
     assert json.loads((out / "frozen_learning.json").read_text())["parts"]["stsb"]["rows"][0]["row"] == "PALs"
 
 
+def test_quality_reruns_get_runs_of_their_own_with_their_settings(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    quality = import_script("quality.py")
+    from _common import same_settings
+
+    profile = quality.PROFILES["medium"]
+    configs = {}  # run id -> config: one cached folder must never stand for two different runs
+    for row in quality.ROWS_MEDIUM:
+        if row.name.startswith("separate"):  # per-task runs, sized from the data (not read here)
+            continue
+        for _, run_id, config in quality.planned_runs(profile, row, "glue"):
+            if run_id in configs:
+                assert same_settings(dataclasses.asdict(configs[run_id]), config), run_id
+            configs[run_id] = config
+    rows = {row.name: row for row in quality.ROWS_MEDIUM}
+    old, new = (
+        quality.planned_runs(profile, rows[name], "glue")
+        for name in ("PALs, frozen base (plain MSE, one lr)", "PALs, frozen base")
+    )
+    assert [seed for seed, _, _ in new] == [0, 1, 2] and len(old) == 1
+    assert new[0][1] == "pals-frozen-annealed-cola+sst2+mrpc+stsb+rte-frozen-defaults-s0" != old[0][1]
+    assert (old[0][2].standardise_targets, old[0][2].scale_shared_lr) == (False, False)  # as the runs were
+    assert (new[0][2].standardise_targets, new[0][2].scale_shared_lr) == (True, True)  # the harness's default
+    rerun = quality.planned_runs(profile, rows["PALs + MT-Uncertainty"], "glue")
+    stale = quality.planned_runs(profile, rows["PALs + MT-Uncertainty (old regression rule)"], "glue")
+    assert stale[0][1] == "pals-finetune-mt_uncertainty-cola+sst2+mrpc+stsb+rte-s0"  # the committed run's folder
+    assert rerun[0][1] == "pals-finetune-mt_uncertainty-cola+sst2+mrpc+stsb+rte-regression-share-s0"
+    assert same_settings(dataclasses.asdict(stale[0][2]), rerun[0][2])  # the same settings: only the tag differs
+
+
 def test_quality_reuses_a_run_cached_before_its_method_was_renamed(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     quality = import_script("quality.py")
-    row = next(r for r in quality.ROWS_MEDIUM if r[2] == "attention_on_top")
-    [(_, run_id, config)] = quality.planned_runs(quality.PROFILES["medium"], *row[:1], *row[2:], "glue")
+    row = next(r for r in quality.ROWS_MEDIUM if r.method == "attention_on_top")
+    [(_, run_id, config)] = quality.planned_runs(quality.PROFILES["medium"], row, "glue")
     assert run_id.startswith("attention_on_top-")
     folder = tmp_path / "runs" / run_id.replace("attention_on_top", "top_pals", 1)  # as cached before the rename
     folder.mkdir(parents=True)
