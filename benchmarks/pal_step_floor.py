@@ -9,8 +9,8 @@ interleaved round by round so that every job sees the same load:
 
 - the base's full fine-tuning step (the denominator of both targets; speed_memory.py's step, AdamW over
   every weight);
-- the base's step with every weight frozen and the gradients carried from the head down to the first
-  layer's output, where the lowest PAL's output comes in (AdamW on the head only): what a frozen-base PALs
+- the base's step with every weight frozen and the gradients carried from the head down to the output of
+  the lowest layer with a PAL, where that PAL's output comes in (AdamW on the head only): what a frozen-base PALs
   step must do besides its PALs;
 - one PAL layer's work, forward and backward: its three matmuls (weight and input gradients) and its small
   attention through SDPA's fused CPU kernel without dropout, the cheapest attention torch has for it; the
@@ -50,7 +50,7 @@ from _speed_measure import time_rounds  # noqa: E402
 FULL_STEP_TARGET = 1.12
 FROZEN_STEP_TARGET = 0.72
 BASE_FULL = "base: full fine-tuning step"
-BASE_FROZEN = "base: all weights frozen, gradients down to the first layer's output"
+BASE_FROZEN = "base: all weights frozen, gradients down to the lowest PAL layer's output"
 PAL_MATMULS = "one PAL layer: matmuls, forward and backward"
 PAL_ATTENTION = "one PAL layer: small attention, SDPA fused, no dropout, forward and backward"
 PAL_DROPOUT_ATTENTION = "one PAL layer: small attention, the PAL's path with dropout, forward and backward"
@@ -69,16 +69,21 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds (medians reported)")
     parser.add_argument("--name", default=None, help="write NAME.md and NAME.json (default: print only)")
     parser.add_argument("--out-dir", default=None, help="where to write them (default benchmarks/results)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    config = adapters.AdapterConfig.load(get_method(args.method).adapters_config())
+    if getattr(config, "inner", None) != "attention":
+        parser.error(f"--method {args.method}: not a PAL method with a small attention (e.g. pals, pals_no_share)")
+    return args
 
 
-def frozen_base_step(bench, work):
-    """The base's frozen step, its gradients carried down to the first layer's output (as a PAL's would be)."""
+def frozen_base_step(bench, work, lowest=0):
+    """The base's frozen step, its gradients carried down to the output of layer ``lowest``, where the lowest
+    PAL's output comes in."""
 
     def needs_gradient(module, inputs, output):
         (output[0] if isinstance(output, tuple) else output).requires_grad_()
 
-    hook = bench.model.encoder.layer[0].register_forward_hook(needs_gradient)
+    hook = bench.model.encoder.layer[lowest].register_forward_hook(needs_gradient)
     try:
         train_step(bench, "train_frozen", work)
     finally:
@@ -109,11 +114,11 @@ def pal_layer_parts(config, pal_config, work):
         "up": torch.randn(batch, length, size),
         "context": torch.randn(batch, heads, length, projected // heads),
     }
-    weights = [hidden, projected_input, context, fused_qkv, *shared.values(), *qkv.parameters()]
+    leaves = [hidden, projected_input, context, fused_qkv, *shared.values(), *qkv.parameters()]
 
     def clear():
-        for w in weights:
-            w.grad = None
+        for leaf_tensor in leaves:
+            leaf_tensor.grad = None
 
     def matmuls():
         down = F.linear(hidden, shared["down_weight"], shared["down_bias"])
@@ -145,10 +150,10 @@ def jobs(args, work):
     base = Bench(load_model(args.model), [], ("train_full", "train_frozen"), work.device)
     model, params = method_model(args.model, args.method)
     pals = Bench(model, params, ("train_full", "train_frozen"), work.device)
-    layers = len(pal_config.layer_indices(work.config.num_hidden_layers))
-    return layers, {
+    indices = pal_config.layer_indices(work.config.num_hidden_layers)
+    return len(indices), {
         BASE_FULL: lambda: train_step(base, "train_full", work),
-        BASE_FROZEN: lambda: frozen_base_step(base, work),
+        BASE_FROZEN: lambda: frozen_base_step(base, work, lowest=min(indices)),
         **pal_layer_parts(work.config, pal_config, work),
         PALS_FULL: lambda: train_step(pals, "train_full", work),
         PALS_FROZEN: lambda: train_step(pals, "train_frozen", work),

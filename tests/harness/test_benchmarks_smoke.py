@@ -155,7 +155,7 @@ def test_pal_step_floor_times_the_base_steps_and_the_pal_parts(tmp_path):
     assert layers == 2 and all(len(t) == 2 and min(t) > 0 for t in times.values())
     full, frozen = (
         times["base: full fine-tuning step"],
-        times["base: all weights frozen, gradients down to the first layer's output"],
+        times["base: all weights frozen, gradients down to the lowest PAL layer's output"],
     )
     parts = [
         layers * (m + a)
@@ -175,7 +175,8 @@ def test_pal_step_floor_times_the_base_steps_and_the_pal_parts(tmp_path):
     assert data["frozen_step_above_floor"]["median"] == pytest.approx(sum(above) / 2)
 
 
-def test_pal_step_floor_base_frozen_step_carries_gradients_down_to_the_first_layer_output():
+@pytest.mark.parametrize("lowest", [0, 1])
+def test_pal_step_floor_base_frozen_step_carries_gradients_down_to_the_lowest_pal_layer(lowest):
     module = import_script("pal_step_floor.py")
     from _speed_jobs import Bench, make_workload
 
@@ -193,12 +194,21 @@ def test_pal_step_floor_base_frozen_step_carries_gradients_down_to_the_first_lay
         return hook
 
     bench.model.embeddings.register_forward_hook(keep("embeddings"))
-    bench.model.encoder.layer[0].register_forward_hook(keep("first"))
-    module.frozen_base_step(bench, work)
+    for index, layer in enumerate(bench.model.encoder.layer):
+        layer.register_forward_hook(keep(index))
+    module.frozen_base_step(bench, work, lowest=lowest)
     assert weight_gradients == []  # no weight of the base gets one
-    assert outputs["first"].grad is not None  # the first layer's output receives its gradient...
-    assert not outputs["embeddings"].requires_grad  # ...and nothing below it is differentiated
-    assert len(bench.model.encoder.layer[0]._forward_hooks) == 1  # the step's own hook is gone, ours stays
+    assert outputs[lowest].grad is not None  # the lowest PAL layer's output receives its gradient...
+    below = [outputs["embeddings"], *(outputs[i] for i in range(lowest))]
+    assert not any(t.requires_grad for t in below)  # ...and nothing below it is differentiated
+    assert len(bench.model.encoder.layer[lowest]._forward_hooks) == 1  # the step's own hook is gone, ours stays
+
+
+def test_pal_step_floor_refuses_a_method_without_a_small_attention():
+    module = import_script("pal_step_floor.py")
+    with pytest.raises(SystemExit):
+        module.parse_args(["--method", "houlsby"])
+    assert module.parse_args(["--method", "pals_top_layers"]).method == "pals_top_layers"
 
 
 def test_dropout_attention_times_the_pal_path_beside_sdpa(tmp_path):
