@@ -38,7 +38,6 @@ import torch.nn.functional as F
 
 import pals_adapters  # noqa: F401  (registers the PAL config type)
 from pals_adapters.harness.methods.registry import get_method
-from pals_adapters.pals import ProjectedAttentionLayer
 from pals_adapters.pals.dropout_attention import attention_with_dropout
 from pals_adapters.pals.modeling import init_projections
 
@@ -70,8 +69,8 @@ def parse_args(argv=None):
     parser.add_argument("--name", default=None, help="write NAME.md and NAME.json (default: print only)")
     parser.add_argument("--out-dir", default=None, help="where to write them (default benchmarks/results)")
     args = parser.parse_args(argv)
-    config = adapters.AdapterConfig.load(get_method(args.method).adapters_config())
-    if getattr(config, "inner", None) != "attention":
+    args.pal_config = adapters.AdapterConfig.load(get_method(args.method).adapters_config())
+    if getattr(args.pal_config, "inner", None) != "attention":
         parser.error(f"--method {args.method}: not a PAL method with a small attention (e.g. pals, pals_no_share)")
     return args
 
@@ -96,9 +95,8 @@ def pal_layer_parts(config, pal_config, work):
     batch, length = work.input_ids.shape
     size = config.hidden_size
     projected, heads = pal_config.projected_size(size), pal_config.num_attention_heads
-    pal = ProjectedAttentionLayer(size, projected, num_heads=heads, attention_dropout=pal_config.attention_dropout)
     shared = init_projections(size, projected, pal_config.init_range)
-    qkv = pal.inner.qkv
+    qkv = torch.nn.Linear(projected, 3 * projected)  # the small attention's fused q/k/v, as the PAL has it
     dropout = pal_config.attention_dropout
 
     def leaf(*shape):
@@ -146,7 +144,7 @@ def pal_layer_parts(config, pal_config, work):
 
 def jobs(args, work):
     """name -> a no-argument callable: the whole-model steps and one PAL layer's parts."""
-    pal_config = adapters.AdapterConfig.load(get_method(args.method).adapters_config())
+    pal_config = args.pal_config
     base = Bench(load_model(args.model), [], ("train_full", "train_frozen"), work.device)
     model, params = method_model(args.model, args.method)
     pals = Bench(model, params, ("train_full", "train_frozen"), work.device)
