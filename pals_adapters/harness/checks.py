@@ -108,10 +108,29 @@ def check_choices(config, method: Method) -> None:
             )
     if config.data_source not in SOURCES:
         raise UnknownNameError("data source", config.data_source, SOURCES)
+    check_compile_mode(config.compile_mode, config.compile, "compile_mode=", "compile: true (--compile)")
     if config.precision not in PRECISIONS:
         raise ConfigError(f"precision={config.precision!r}: choose {', '.join(PRECISIONS)}")
     if config.precision == "fp16" and not torch.cuda.is_available():
         raise ConfigError("precision='fp16' needs a CUDA GPU; on a CPU use auto, bf16 (autocast) or fp32")
+
+
+def compile_modes() -> list[str]:
+    """torch.compile's modes in this torch (``torch._inductor.list_mode_options``, the list its docs point to)."""
+    import torch._inductor
+
+    return list(torch._inductor.list_mode_options())
+
+
+def check_compile_mode(mode: str | None, compile: bool, setting: str, switch: str) -> None:
+    """A compile mode is one torch knows, given with the switch that compiles (``setting``, e.g.
+    ``"compile_mode="``, and ``switch``: how the user wrote them, for the message)."""
+    if mode is None:
+        return
+    if mode not in compile_modes():
+        raise UnknownNameError("compile mode", mode, compile_modes())
+    if not compile:
+        raise ConfigError(f"{setting}{mode!r} is a mode of torch.compile: it needs {switch} as well")
 
 
 def take_from_export(config) -> tuple[SharedBase | None, Method | None]:

@@ -146,6 +146,12 @@ class RunConfig:
         "torch.compile the model (the Trainer's torch_compile): the first step of each task compiles its graph, "
         "later steps reuse it (see docs/benchmarks.md for what it gains)",
     )
+    compile_mode: str | None = _setting(
+        None,
+        "with compile: torch.compile's mode (the Trainer's torch_compile_mode): default, reduce-overhead (CUDA "
+        "graphs on a GPU), max-autotune, max-autotune-no-cudagraphs, ... (torch._inductor.list_mode_options())",
+        shown_default="torch's default",
+    )
     threads: int | None = _setting(
         None,
         "CPU threads of torch for this run (torch.set_num_threads); default: torch's own, the OMP_NUM_THREADS "

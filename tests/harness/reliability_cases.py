@@ -610,6 +610,26 @@ OWN_DATA = {
         ["threads=0", "must be > 0"],
     ),
     "evaluate-zero-threads": (evaluate_with("--threads", "0"), SystemExit, ["threads=0", "whole number >= 1"]),
+    "train-compile-mode-without-compile": (
+        lambda tmp: main(["train", "--compile-mode", "reduce-overhead", "--output-dir", str(tmp / "run")]),
+        SystemExit,
+        ["compile_mode='reduce-overhead' is a mode of torch.compile", "needs compile: true (--compile)"],
+    ),
+    "train-unknown-compile-mode": (
+        lambda tmp: main(["train", "--compile", "--compile-mode", "fast", "--output-dir", str(tmp / "run")]),
+        SystemExit,
+        ["unknown compile mode 'fast'", "reduce-overhead", "max-autotune"],
+    ),
+    "evaluate-compile-mode-without-compile": (
+        evaluate_with("--compile-mode", "max-autotune"),
+        SystemExit,
+        ["--compile-mode 'max-autotune' is a mode of torch.compile", "needs --compile as well"],
+    ),
+    "predict-unknown-compile-mode": (
+        predict_export("--compile", "--compile-mode", "reduce_overhead"),
+        SystemExit,
+        ["unknown compile mode 'reduce_overhead'", "reduce-overhead"],
+    ),
     "evaluate-out-is-a-folder": (
         evaluate_with("--out", "TMP/report"),
         SystemExit,

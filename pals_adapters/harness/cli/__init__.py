@@ -78,6 +78,12 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
             action="store_true",
             help="torch.compile the loaded model first (its first batches compile; see docs/harness.md)",
         )
+        p.add_argument(
+            "--compile-mode",
+            default=None,
+            help="with --compile: torch.compile's mode, e.g. reduce-overhead (CUDA graphs on a GPU) or max-autotune "
+            "(default: torch's default)",
+        )
         if name == "evaluate":
             p.add_argument(
                 "--max-eval-examples",

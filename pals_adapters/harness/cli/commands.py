@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ConfigError, PalsError
+from ..checks import check_compile_mode
 from ..data.batches import tokenize
 from ..data.sampling import make_sampler
 from ..data.schedule import format_schedule, plot_schedule, schedule
@@ -74,8 +75,8 @@ def _load_export(task_dir: Path, args):
     spec = _task_files(task_spec_of(manifest, task_dir), manifest, task_dir, args.task_file)
     model = load_task(task_dir, base=args.base_model)
     model.tasks[spec.name] = spec  # the same task; its files (and metrics) as the task file says
-    if getattr(args, "compile", False):
-        model = compile_model(model)
+    if args.compile:
+        model = compile_model(model, mode=args.compile_mode)
     tokenizer = load_tokenizer(task_dir, base=args.base_model)
     max_length = args.max_length if args.max_length is not None else manifest.max_length or DEFAULT_MAX_LENGTH
     check_max_length(max_length, usable_positions(model.backbone.config), "--max-length")
@@ -159,6 +160,7 @@ def evaluate_export(task_dir: Path, args, details: dict | None = None) -> tuple[
 def cmd_evaluate(args) -> None:
     """Dev scores of each task, with no options exactly as the run scored it at its end, and the per-class
     view of each classification task; ``--out`` also writes them as JSON."""
+    check_compile_mode(args.compile_mode, args.compile, "--compile-mode ", "--compile")
     out = Path(args.out) if args.out else None
     if out is not None and out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file name for the JSON report (e.g. {out / 'eval.json'})")
@@ -201,6 +203,7 @@ def _splits(spec, kind: str) -> list[str]:
 def cmd_predict(args) -> None:
     """Prediction files for every task's test files (``--split validation``: its dev files), or with
     ``--input`` the answers to a file of requests that each name their task (all tasks on one model)."""
+    check_compile_mode(args.compile_mode, args.compile, "--compile-mode ", "--compile")
     if args.input:
         return _predict_requests(args)
     kind, fmt, out = args.split or "test", args.format or "tsv", Path(args.out)
@@ -263,7 +266,7 @@ def _predict_requests(args) -> None:
         checked_request(position, request, tasks)
     predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model, max_length=args.max_length)
     if args.compile:
-        predictor.model = compile_model(predictor.model)
+        predictor.model = compile_model(predictor.model, mode=args.compile_mode)
     answers = predictor.predict(requests)
     write_answers(out, fmt, requests, answers, tasks)
     print(f"{out}: {len(answers)} predictions for tasks {sorted(set(a.task for a in answers))}")

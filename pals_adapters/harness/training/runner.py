@@ -132,6 +132,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         fp16=config.precision == "fp16",
         bf16=config.precision == "bf16",
         torch_compile=config.compile,
+        torch_compile_mode=config.compile_mode,
         report_to=list(config.report_to),
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),

@@ -128,15 +128,16 @@ def test_compile_setting_reaches_the_trainer_and_leaves_no_switch_behind(tmp_pat
 
     def recording_compile(model, *args, **kwargs):
         kwargs["backend"] = "aot_eager"  # as test_compiled_model_...: capture without code generation
-        kwargs.pop("mode", None)
-        compiled_modules.append(type(model).__name__)
+        compiled_modules.append((type(model).__name__, kwargs.pop("mode", None)))  # aot_eager takes no mode
         return original_compile(model, *args, **kwargs)
 
     monkeypatch.setattr(torch, "compile", recording_compile)
     monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)
-    results = run(tiny_run_config(tiny_model_dir, tmp_path / "run", tasks=["rte", "stsb"], max_steps=2, compile=True))
-    assert compiled_modules == ["MultiTaskModel"]
-    assert results["config"]["compile"] is True
+    # compile_mode goes to the Trainer's torch_compile_mode, and from there (accelerate) to torch.compile
+    settings = dict(tasks=["rte", "stsb"], max_steps=2, compile=True, compile_mode="reduce-overhead")
+    results = run(tiny_run_config(tiny_model_dir, tmp_path / "run", **settings))
+    assert compiled_modules == [("MultiTaskModel", "reduce-overhead")]
+    assert results["config"]["compile"] is True and results["config"]["compile_mode"] == "reduce-overhead"
     assert all(entry["loss"] == entry["loss"] for entry in results["log_history"] if "loss" in entry)  # not NaN
     assert not [key for key in os.environ if key.startswith("ACCELERATE_DYNAMO_")]
 
@@ -145,8 +146,9 @@ def test_compile_setting_reaches_the_trainer_and_leaves_no_switch_behind(tmp_pat
 
     compiled_modules.clear()
     report = tmp_path / "eval.json"
-    assert main(["evaluate", str(tmp_path / "run" / "export" / "rte"), "--compile", "--out", str(report)]) == 0
-    assert compiled_modules == ["MultiTaskModel"]
+    rte = str(tmp_path / "run" / "export" / "rte")
+    assert main(["evaluate", rte, "--compile", "--compile-mode", "max-autotune", "--out", str(report)]) == 0
+    assert compiled_modules == [("MultiTaskModel", "max-autotune")]
     scores = json.loads(report.read_text())
     accuracy = scores["tasks"]["rte"]["metrics"]["rte_accuracy"]
     assert accuracy == pytest.approx(results["metrics"]["rte_accuracy"], abs=1e-9)
@@ -162,4 +164,4 @@ def test_compile_setting_reaches_the_trainer_and_leaves_no_switch_behind(tmp_pat
         )
         == 0
     )
-    assert compiled_modules == ["MultiTaskModel"]
+    assert compiled_modules == [("MultiTaskModel", None)]  # torch's default mode

@@ -587,6 +587,11 @@ BAD_INPUT = {
             ("adapter-lr", {"adapter_lr": 1e-3}, "adapter_lr: run None, now 0.001"),
             ("batch-size", {"batch_size": 8}, "batch_size: run 4, now 8"),
             ("steps", {"max_steps": 16}, "max_steps: run 8, now 16"),
+            (
+                "compile-mode",
+                {"compile": True, "compile_mode": "reduce-overhead"},
+                "compile_mode: run None, now 'reduce-overhead'",
+            ),
         ]
     },
     "resume-with-reordered-task-labels": (
