@@ -409,13 +409,17 @@ def test_speed_memory_compiled_rows_sit_beside_the_eager_ones(tmp_path, monkeypa
     monkeypatch.setattr(sys, "path", list(sys.path))
     module = import_script("speed_memory.py")
     compile_ = torch.compile
+    modes = []
 
     def without_codegen(model, **options):  # aot_eager: the capture without C++ code generation (seconds)
+        modes.append(options.pop("mode", None))  # inductor's modes; aot_eager takes none
         return compile_(model, backend="aot_eager", **options)
 
     monkeypatch.setattr(torch, "compile", without_codegen)
     argv = ["--quick", "--model", "tiny", "--methods", "pals", "--tasks", "a,b", "--parallel-configs", "pals"]
-    assert module.main([*argv, "--compile", "--no-memory", "--out-dir", str(tmp_path)]) == 0
+    argv += ["--compile", "--compile-mode", "reduce-overhead"]
+    assert module.main([*argv, "--no-memory", "--out-dir", str(tmp_path)]) == 0
+    assert modes and set(modes) == {"reduce-overhead"}  # every compiled row in the mode asked for
     data = json.loads((tmp_path / "speed_memory_tiny.json").read_text())
     rows = {row["method"]: row for row in data["rows"]}
     assert set(rows) == {"base", "adapters_init", "pals", "base (compiled)", "pals (compiled)"}
@@ -425,7 +429,9 @@ def test_speed_memory_compiled_rows_sit_beside_the_eager_ones(tmp_path, monkeypa
     assert "first_call_seconds" in rows["pals (compiled)"]["train_full"]
     whats = [c["what"] for c in data["checks"]]
     assert len(whats) == 6 and all(w.startswith("compiled ") for w in whats[3:])
+    assert data["settings"]["compile_mode"] == "reduce-overhead"
     assert "(compiled)" in (tmp_path / "speed_memory_tiny.md").read_text()
+    assert "mode reduce-overhead" in (tmp_path / "speed_memory_tiny.md").read_text()
 
 
 def test_sharded_memory_on_paper_counts_what_each_engine_holds(tmp_path, monkeypatch):
