@@ -5,7 +5,8 @@ CA-MTL's MT-Uncertainty steps. Checkpoints, resume, logging, mixed precision and
 import contextlib
 import os
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
+from types import SimpleNamespace
 
 import datasets
 import safetensors.torch
@@ -42,6 +43,15 @@ def _distinct_tensors(model, state_dict: dict) -> dict:
             seen.add(id(value))
             kept[name] = state_dict[name].detach().clone().contiguous()
     return kept
+
+
+def _loaded_under_another_name(model, missing_keys: list[str]) -> set[str]:
+    """The ``missing_keys`` whose tensor the model also holds under a name that is not missing."""
+    names_of = defaultdict(list)
+    for name, value in model.state_dict(keep_vars=True).items():
+        names_of[id(value)].append(name)
+    missing = set(missing_keys)
+    return {name for names in names_of.values() if not missing.issuperset(names) for name in missing & set(names)}
 
 
 class MultiTaskTrainer(Trainer):
@@ -223,6 +233,15 @@ class MultiTaskTrainer(Trainer):
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
+
+    def _issue_warnings_after_load(self, load_result):
+        # `_save` stores a tied tensor once, so on resume its other name (adapters' prompt-tuning alias of the
+        # word embeddings) reads as missing although the tensor was loaded: warn only about keys really absent.
+        tied = _loaded_under_another_name(self.accelerator.unwrap_model(self.model), load_result.missing_keys)
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(
+            SimpleNamespace(missing_keys=missing, unexpected_keys=load_result.unexpected_keys)
+        )
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # One item is one batch: Trainer's "samples" are steps. Report examples.
