@@ -164,9 +164,13 @@ def markdown_table(header, rows):
 def same_settings(cached: dict, config: RunConfig, ignore=("resume", "output_dir")) -> bool:
     """Whether a cached run's recorded config is ``config``. A setting added to RunConfig after the run
     was cached counts at its default: new settings default to the behaviour runs had before them (the
-    defaults of a run that sets nothing, e.g. standardise_targets off: the base is fine-tuned)."""
+    defaults of a run that sets nothing, e.g. standardise_targets off: the base is fine-tuned).
+    ``glue_dir`` counts only as set or not: ``../shared/glue`` and its absolute path, or the same files on
+    another machine, are the same data, and a cache keyed on the spelling would retrain every run."""
     defaults = dataclasses.asdict(RunConfig())
     now = json.loads(json.dumps(dataclasses.asdict(config)))
     recorded = {**json.loads(json.dumps(defaults)), **cached}
+    for settings in (now, recorded):
+        settings["glue_dir"] = settings["glue_dir"] is not None
     now["method"], recorded["method"] = current_name(now["method"]), current_name(recorded["method"])  # renames
     return {k: v for k, v in recorded.items() if k not in ignore} == {k: v for k, v in now.items() if k not in ignore}

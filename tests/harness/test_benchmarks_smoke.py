@@ -302,7 +302,7 @@ def test_quality_trains_in_worker_processes_then_reports_from_the_cache(tmp_path
     assert not (tmp_path / "smoke" / "runs" / "low_rank-finetune-annealed-cola+sst2+mrpc+stsb+rte-s0").exists()
 
 
-def test_a_cached_run_from_before_a_new_setting_counts_at_its_default(monkeypatch):
+def test_a_cached_run_from_before_a_new_setting_counts_at_its_default_wherever_its_data_lies(monkeypatch):
     monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *sys.path])
     from dataclasses import asdict
 
@@ -318,6 +318,10 @@ def test_a_cached_run_from_before_a_new_setting_counts_at_its_default(monkeypatc
     assert not same_settings({**recorded, "lr": 1.0}, config)
     assert same_settings({**recorded, "output_dir": "elsewhere"}, config)
     assert not same_settings({**recorded, "output_dir": "elsewhere"}, config, ignore=())
+    # the same GLUE files under another spelling of their folder: the same run; no local folder: not
+    local = RunConfig(model="m", tasks=["rte"], output_dir="a", glue_dir="../shared/glue")
+    assert same_settings({**recorded, "glue_dir": "/work/shared/glue"}, local)
+    assert not same_settings(recorded, local)
 
 
 def test_frozen_learning_reports_the_cached_runs_of_its_own_settings_and_the_target(tmp_path, monkeypatch):
