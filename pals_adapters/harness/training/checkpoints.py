@@ -141,3 +141,19 @@ def last_complete_checkpoint(output_dir: str | Path) -> str:
         f"resume='last': no complete checkpoint-N folder in {root}{detail}; a complete one holds "
         f"{', '.join(CHECKPOINT_FILES)}. Set save_steps to write checkpoints, or drop resume to start afresh"
     )
+
+
+def names_by_tensor(model) -> list[list[str]]:
+    """The model's state-dict names, grouped by tensor: a tied tensor (one object under several names, as
+    adapters' prompt-tuning alias of the word embeddings) is one group, its names in state-dict order."""
+    groups: dict[int, list[str]] = {}
+    for name, value in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(value), []).append(name)
+    return list(groups.values())
+
+
+def loaded_under_another_name(model, missing_keys: list[str]) -> set[str]:
+    """The ``missing_keys`` whose tensor the model also holds under a name that is not missing: what a
+    weight file that stores each tied tensor once (safetensors' ``save_model``) leaves out without loss."""
+    missing = set(missing_keys)
+    return {name for names in names_by_tensor(model) if not missing.issuperset(names) for name in missing & set(names)}

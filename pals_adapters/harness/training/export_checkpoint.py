@@ -18,7 +18,14 @@ from ..methods.registry import current_name, get_method
 from ..run_config import RunConfig
 from ..serving.add_tasks import SharedBase, check_new_tasks, export_tokenizer, shared_base_of
 from ..tasks.spec import spec_from_json
-from .checkpoints import RUN_CONFIG, RUN_TASKS, checkpoint_problem, is_sharded, last_complete_checkpoint
+from .checkpoints import (
+    RUN_CONFIG,
+    RUN_TASKS,
+    checkpoint_problem,
+    is_sharded,
+    last_complete_checkpoint,
+    loaded_under_another_name,
+)
 from .runner import evaluation_record
 from .sharding import load_sharded_checkpoint
 
@@ -85,7 +92,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
     model = build_model(source, specs, method, config.base)
     missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
     # save_model stores tensors shared with another name once: only those may be absent.
-    aliased = {n for n in missing if n.startswith("encoder.prompt_tuning.")}
+    aliased = loaded_under_another_name(model, missing)
     if set(missing) - aliased or unexpected:
         raise ConfigError(
             f"{weights} does not match the run's model: missing {sorted(set(missing) - aliased)[:4]}, "

@@ -5,7 +5,7 @@ CA-MTL's MT-Uncertainty steps. Checkpoints, resume, logging, mixed precision and
 import contextlib
 import os
 import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 from types import SimpleNamespace
 
 import datasets
@@ -18,6 +18,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 
 from ..data.uncertainty import select_uncertain
 from ..scoring.evaluation import evaluate_tasks
+from .checkpoints import loaded_under_another_name, names_by_tensor
 from .sharding import MixedBatchGradients, enable_on_cpu_ranks, shard_encoder_layers
 
 
@@ -37,21 +38,7 @@ def _without_mixed_precision(model):
 def _distinct_tensors(model, state_dict: dict) -> dict:
     """``state_dict``'s tensors as copies of their own, a tied parameter (one object under two names, as
     adapters' prompt-tuning copy of the word embeddings) once, under its first name, as save_model keeps it."""
-    seen, kept = set(), {}
-    for name, value in model.state_dict(keep_vars=True).items():
-        if id(value) not in seen:
-            seen.add(id(value))
-            kept[name] = state_dict[name].detach().clone().contiguous()
-    return kept
-
-
-def _loaded_under_another_name(model, missing_keys: list[str]) -> set[str]:
-    """The ``missing_keys`` whose tensor the model also holds under a name that is not missing."""
-    names_of = defaultdict(list)
-    for name, value in model.state_dict(keep_vars=True).items():
-        names_of[id(value)].append(name)
-    missing = set(missing_keys)
-    return {name for names in names_of.values() if not missing.issuperset(names) for name in missing & set(names)}
+    return {names[0]: state_dict[names[0]].detach().clone().contiguous() for names in names_by_tensor(model)}
 
 
 class MultiTaskTrainer(Trainer):
@@ -237,7 +224,7 @@ class MultiTaskTrainer(Trainer):
     def _issue_warnings_after_load(self, load_result):
         # `_save` stores a tied tensor once, so on resume its other name (adapters' prompt-tuning alias of the
         # word embeddings) reads as missing although the tensor was loaded: warn only about keys really absent.
-        tied = _loaded_under_another_name(self.accelerator.unwrap_model(self.model), load_result.missing_keys)
+        tied = loaded_under_another_name(self.accelerator.unwrap_model(self.model), load_result.missing_keys)
         missing = [key for key in load_result.missing_keys if key not in tied]
         super()._issue_warnings_after_load(
             SimpleNamespace(missing_keys=missing, unexpected_keys=load_result.unexpected_keys)

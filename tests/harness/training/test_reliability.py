@@ -46,7 +46,6 @@ from pals_adapters.harness.tasks.splits import load_split
 from pals_adapters.harness.tasks.user_tasks import custom_task, load_task_specs
 from pals_adapters.harness.training import checkpoints
 from pals_adapters.harness.training import runner as harness
-from pals_adapters.harness.training import trainer as trainer_module
 from pals_adapters.harness.training.run_folder import prepare_run_folder
 from pals_adapters.harness.training.trainer import MultiTaskTrainer
 from pals_adapters.pals.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
@@ -215,7 +214,7 @@ def test_only_a_tied_name_whose_tensor_was_loaded_is_not_missing():
     model = torch.nn.Module()
     model.embeddings, model.head = torch.nn.Embedding(4, 2), torch.nn.Linear(2, 2)
     model.alias = model.embeddings  # one module under two names, as adapters' prompt-tuning alias
-    tied = trainer_module._loaded_under_another_name
+    tied = checkpoints.loaded_under_another_name
     assert tied(model, ["alias.weight"]) == {"alias.weight"}
     assert tied(model, ["alias.weight", "embeddings.weight"]) == set()  # neither name was loaded
     assert tied(model, ["head.weight", "alias.weight"]) == {"alias.weight"}
