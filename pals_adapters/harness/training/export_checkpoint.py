@@ -24,7 +24,6 @@ from .checkpoints import (
     checkpoint_problem,
     is_sharded,
     last_complete_checkpoint,
-    loaded_under_another_name,
 )
 from .runner import evaluation_record
 from .sharding import load_sharded_checkpoint
@@ -91,11 +90,10 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
         raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
     model = build_model(source, specs, method, config.base)
     missing, unexpected = safetensors.torch.load_model(model, str(weights), strict=False)
-    # save_model stores tensors shared with another name once: only those may be absent.
-    aliased = loaded_under_another_name(model, missing)
-    if set(missing) - aliased or unexpected:
+    # load_model already leaves out of `missing` a tied name whose tensor the file holds under another name
+    if missing or unexpected:
         raise ConfigError(
-            f"{weights} does not match the run's model: missing {sorted(set(missing) - aliased)[:4]}, "
+            f"{weights} does not match the run's model: missing {sorted(missing)[:4]}, "
             f"unexpected {sorted(unexpected)[:4]}"
         )
     return _export(config, specs, shared, model, run_dir, out)

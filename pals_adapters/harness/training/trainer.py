@@ -37,7 +37,7 @@ def _without_mixed_precision(model):
 
 def _distinct_tensors(model, state_dict: dict) -> dict:
     """``state_dict``'s tensors as copies of their own, a tied parameter (one object under two names, as
-    adapters' prompt-tuning copy of the word embeddings) once, under its first name, as save_model keeps it."""
+    adapters' prompt-tuning copy of the word embeddings) once, under its first state-dict name."""
     return {names[0]: state_dict[names[0]].detach().clone().contiguous() for names in names_by_tensor(model)}
 
 

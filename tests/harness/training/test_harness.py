@@ -329,6 +329,18 @@ def test_user_task_file_and_export_of_a_checkpoint(tmp_path, tiny_model_dir):
         second = load_task(tmp_path / "again" / task, base=str(tiny_model_dir))
         with torch.no_grad():
             assert torch.equal(first(task, ids)["logits"], second(task, ids)["logits"])
+    # the checkpoint stores the tied prompt-tuning alias once, which export accepts (above); a weight
+    # really missing from the file is refused
+    from safetensors.torch import load_file, save_file
+
+    from pals_adapters.harness.training.export_checkpoint import export_checkpoint
+
+    weights_file = out / "checkpoint-4" / "model.safetensors"
+    weights = load_file(weights_file)
+    dropped = next(name for name in weights if ".rte." in name)
+    save_file({k: v for k, v in weights.items() if k != dropped}, weights_file, metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match=f"does not match the run's model: missing \\['{dropped}'\\]"):
+        export_checkpoint(str(out), str(out / "checkpoint-4"), str(tmp_path / "third"))
 
 
 # --- precision ---------------------------------------------------------------------------------
