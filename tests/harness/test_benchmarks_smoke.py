@@ -4,11 +4,13 @@
 import dataclasses
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 import warnings
 
 import pytest
+import torch
 from helpers import REPO
 
 from pals_adapters.harness.methods.registry import get_method
@@ -494,3 +496,70 @@ def test_sharded_memory_measures_two_rank_runs_of_a_tiny_model(tmp_path):
             assert held == [everything, everything]
         else:
             assert tuple(map(sum, zip(*held))) == everything and held[0] != everything
+
+
+def test_task_uncertainty_scores_each_classification_task_as_the_sampler_would(tmp_path, tiny_model_dir, capsys):
+    from transformers import AutoTokenizer, BertModel
+
+    from pals_adapters.harness.export import export_run
+    from pals_adapters.harness.methods.model import MultiTaskModel
+    from pals_adapters.harness.tasks.glue import GLUE_TASKS
+
+    tasks = {name: GLUE_TASKS[name] for name in ("rte", "cola", "stsb")}
+    model = MultiTaskModel(BertModel.from_pretrained(tiny_model_dir), tasks, get_method("pals"), "finetune")
+    with torch.no_grad():  # RTE's head answers 50/50 whatever it reads; CoLA's is sure of label 1
+        model.heads["rte"].weight.zero_()
+        model.heads["rte"].bias.zero_()
+        model.heads["cola"].weight.zero_()
+        model.heads["cola"].bias.copy_(torch.tensor([-4.0, 4.0]))
+    export_run(
+        model,
+        tmp_path / "export",
+        base_model_name=str(tiny_model_dir),
+        tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir),
+        max_length=32,
+    )
+    glue = tmp_path / "glue"
+    (glue / "RTE").mkdir(parents=True)
+    (glue / "CoLA").mkdir()
+    rte = ["index\tsentence1\tsentence2\tlabel"] + [
+        f"{i}\tA man {i} sleeps.\tNobody sleeps.\tnot_entailment" for i in range(7)
+    ]
+    (glue / "RTE" / "train.tsv").write_text("\n".join(rte) + "\n")
+    (glue / "CoLA" / "train.tsv").write_text("".join(f"src\t1\t\tThe book {i} was read.\n" for i in range(20)))
+
+    script = import_script("task_uncertainty.py")
+    script.main(
+        [
+            str(tmp_path / "export"),
+            "--glue-dir",
+            str(glue),
+            "--rows",
+            "10",
+            "--name",
+            "probe",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "stsb" not in out.split("|---|")[1]  # a regression task has no entropy: not scored
+    written = json.loads((tmp_path / "probe.json").read_text())
+    assert (tmp_path / "probe.md").read_text().strip() in out
+    rte, cola = written["tasks"]["rte"], written["tasks"]["cola"]
+    assert set(written["tasks"]) == {"rte", "cola"}
+    assert (rte["rows"], cola["rows"]) == (7, 10)  # all 7 of RTE's rows, a sample of 10 of CoLA's 20
+    assert rte["mean_entropy"] == pytest.approx(1.0) and rte["min_entropy"] == pytest.approx(1.0)
+    assert rte["weight"] == pytest.approx(1.0) and rte["mean_top_probability"] == pytest.approx(0.5)
+    sure = 1 / (1 + math.exp(-8.0))
+    entropy = -(sure * math.log(sure) + (1 - sure) * math.log(1 - sure)) / math.log(2)
+    assert cola["mean_entropy"] == pytest.approx(entropy, rel=1e-4) and cola["weight"] == pytest.approx(
+        entropy, rel=1e-4
+    )
+    assert cola["predicted"] == {"1": 10} and cola["mean_top_probability"] == pytest.approx(sure)
+
+
+def test_task_uncertainty_refuses_a_sample_of_no_rows(capsys):
+    with pytest.raises(SystemExit):
+        import_script("task_uncertainty.py").parse_args(["export", "--rows", "0"])
+    assert "--rows must be at least 1, not 0" in capsys.readouterr().err

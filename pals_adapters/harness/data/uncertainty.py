@@ -16,7 +16,7 @@ from .sampling import is_int
 # --------------------------------------------------------------------------
 
 
-def _normalised_entropy(logits: torch.Tensor, num_classes: int) -> torch.Tensor:
+def normalised_entropy(logits: torch.Tensor, num_classes: int) -> torch.Tensor:
     # log_softmax keeps p * log p finite even where p underflows to 0.
     log_p = torch.log_softmax(logits.detach().to(torch.float64), dim=-1)
     entropy = -(log_p.exp() * log_p).sum(dim=-1)
@@ -91,7 +91,7 @@ def select_uncertain(
             )
         if out.dim() != 2 or out.shape[1] != classes:
             raise ConfigError(f"logits_per_task[{t}] must have shape (B, {classes}), got {tuple(out.shape)}")
-        per_example.append(_normalised_entropy(out, int(classes)))
+        per_example.append(normalised_entropy(out, int(classes)))
         sizes.append(out.shape[0])
 
     total = sum(sizes)
