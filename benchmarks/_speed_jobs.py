@@ -10,6 +10,7 @@ from _common import load_model, model_config
 from adapters import AdapterSetup
 from adapters.composition import Parallel
 from peft import get_peft_model
+from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
@@ -151,6 +152,8 @@ class Bench:
         self.model = model.to(device)
         # what a measurement calls: the model, or its torch.compile wrapper (compiled on its first call)
         self.runner = self.model if compile_options is None else torch.compile(self.model, **compile_options)
+        self.compiled = compile_options is not None
+        self.modes_compiled = set()  # modes whose first call compiled a graph of their own
         self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
         self.modes = modes
         self.params = list(self.model.parameters()) + list(self.head.parameters())
@@ -193,14 +196,23 @@ def build_benches(model_name, methods, device, compile_options=None):
             benches["adapters_init"] = Bench(wrapped, [], ("forward",), device)
         for method in methods:
             model, params = method_model(model_name, method)
-            # The full step is compiled before the frozen one: torch 2.11 then reused the frozen-base graph for
-            # the full step (no gradients for the base) when the no-grad forward had been compiled first.
+            # Each mode compiles a graph of its own (check_requires_grad_on_every_call); without that check,
+            # torch 2.11 ran whichever training step came second through the first one's graph.
             benches[method + suffix] = Bench(model, params, ("forward", "train_full", "train_frozen"), device, options)
     if compile_options is not None:
+        check_requires_grad_on_every_call()
         # As the harness compiles (dropout from torch's own random kernels); each compiled model keeps a
         # graph per mode (eval, and the two training modes' requires_grad).
         prepare_compile(num_tasks=4)
     return benches
+
+
+def check_requires_grad_on_every_call():
+    """Has torch.compile check each weight's requires_grad before it reuses a graph. By default it skips the
+    checks of a module's tensors while the module's attributes are unchanged, and requires_grad_ changes no
+    attribute: torch 2.11 then ran a frozen-base step through the graph compiled for the full step (the base's
+    gradients computed, then dropped) or the reverse. A row's modes switch the flags every round."""
+    torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags = False
 
 
 def build_multitask_models(model_name, presets, tasks, device):
@@ -231,10 +243,14 @@ def train_step(bench, mode, work):
     trainable = bench.trainable[mode]
     for p in bench.params:
         p.requires_grad_(id(p) in trainable)
+    graphs_before = counters["stats"]["unique_graphs"]
     hidden = bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
     loss = F.cross_entropy(bench.head(hidden[:, 0]), work.labels)
     loss.backward()
     check_gradients(bench, mode)
+    if bench.compiled and mode not in bench.modes_compiled:
+        check_first_call_compiled(graphs_before, mode)
+        bench.modes_compiled.add(mode)
     bench.optimizers[mode].step()
     for p in bench.params:  # here, so no gradients linger between measurements
         p.grad = None
@@ -250,6 +266,18 @@ def check_gradients(bench, mode):
             f"{mode}: {wrong} of {len(bench.params)} weights have gradients other than this mode's (torch "
             f"{torch.__version__}); a compiled graph was reused across a change of requires_grad, so its time "
             "would be another step's. Run without --compile, or with another torch."
+        )
+
+
+def check_first_call_compiled(graphs_before, mode):
+    """A compiled step's first call must compile a graph of its own: one that compiles none runs a graph made
+    for a step with other trainable weights, and its time would be that step's (check_gradients cannot see
+    this when the other step trained more weights: the extra gradients are computed, then dropped)."""
+    if counters["stats"]["unique_graphs"] == graphs_before:
+        raise RuntimeError(
+            f"{mode}: the first compiled call compiled no graph of its own (torch {torch.__version__}), so it ran "
+            "a graph made for another training step and its time would be that step's. Run without --compile, or "
+            "with another torch."
         )
 
 

@@ -422,6 +422,7 @@ def test_speed_memory_compiled_rows_sit_beside_the_eager_ones(tmp_path, monkeypa
         return compile_(model, backend="aot_eager", **options)
 
     monkeypatch.setattr(torch, "compile", without_codegen)
+    torch._dynamo.reset()  # each compiled step must compile its own graph: none left by an earlier test to reuse
     argv = ["--quick", "--model", "tiny", "--methods", "pals", "--tasks", "a,b", "--parallel-configs", "pals"]
     argv += ["--compile", "--compile-mode", "reduce-overhead"]
     assert module.main([*argv, "--no-memory", "--out-dir", str(tmp_path)]) == 0

@@ -115,3 +115,31 @@ def test_a_step_whose_gradients_are_not_its_modes_is_refused(speed):
     bench.runner = stale_graph
     with pytest.raises(RuntimeError, match="weights have gradients other than this mode's"):
         jobs.train_step(bench, "train_frozen", work)
+
+
+def test_compiled_rows_have_torch_check_every_weights_requires_grad(speed):
+    """torch.compile skips the checks of a module's tensors while its attributes are unchanged; a row's modes
+    switch requires_grad between calls, so the benchmark turns that shortcut off when it compiles."""
+    config = torch._dynamo.config
+    with config.patch(skip_tensor_guards_with_matching_dict_tags=True):  # torch's default, put back afterwards
+        speed_jobs_module().build_benches("tiny", ["pals"], torch.device("cpu"))
+        assert config.skip_tensor_guards_with_matching_dict_tags  # eager rows leave torch as it is
+        speed_jobs_module().build_benches("tiny", ["pals"], torch.device("cpu"), {})
+        assert not config.skip_tensor_guards_with_matching_dict_tags
+
+
+def test_a_compiled_step_whose_first_call_compiles_no_graph_is_refused(speed, monkeypatch):
+    """As torch 2.11 ran a frozen-base step through the full step's graph: the base's gradients were computed
+    and dropped, so check_gradients saw nothing wrong, and the row timed a full backward."""
+    jobs = speed_jobs_module()
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **options: compile_(model, backend="aot_eager"))
+    torch._dynamo.reset()  # no graph of an earlier test's tiny model to reuse
+    work = jobs.make_workload("tiny", 4, 32, torch.device("cpu"))
+    with torch._dynamo.config.patch(skip_tensor_guards_with_matching_dict_tags=True):
+        bench = jobs.build_benches("tiny", ["pals"], torch.device("cpu"), {})["pals (compiled)"]
+        jobs.train_step(bench, "train_full", work)  # compiles its graph: accepted
+        jobs.train_step(bench, "train_full", work)  # later calls are not checked again
+        bench.runner = bench.model  # a first call that compiles nothing, as a reused graph does
+        with pytest.raises(RuntimeError, match="compiled no graph of its own"):
+            jobs.train_step(bench, "train_frozen", work)
