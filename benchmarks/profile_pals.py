@@ -1,17 +1,22 @@
-"""Where the extra time of PALs goes on the CPU: torch.profiler, PALs model against the base model.
+"""Where the extra time of PALs goes: torch.profiler, PALs model against the base model, on the CPU or a GPU.
 
 Profiles the same work on the base model and on the base model with one PAL adapter (the
 harness's ``pals`` method): an inference forward, a full fine-tuning step (forward + backward,
 every weight trainable), and a frozen-base step (only the PAL weights trainable). For each op it
 prints the self CPU time per step in both models and the difference, largest first, so the
 table reads as "what the PALs add". Ops run inside the PAL modules and hooks are also summed
-under the ``pals.*`` record_function labels the script puts around them.
+under the ``pals.*`` record_function labels the script puts around them. On a GPU the table holds
+each op's self time on the device (its kernels), and the wall times are taken between synchronisations;
+``--compile-mode`` profiles both models through torch.compile (``reduce-overhead``: CUDA graphs).
 
     python benchmarks/profile_pals.py                      # bundled MiniLM, 16 x 128 tokens, 1 thread
     python benchmarks/profile_pals.py --steps 10 --top 30 --mode train_full
+    python benchmarks/profile_pals.py --model bert-base --device cuda --dtype bf16 --batch 32 \
+        --compile-mode reduce-overhead --mode forward
 """
 
 import argparse
+import contextlib
 import logging
 import statistics
 import sys
@@ -29,6 +34,7 @@ from pals_adapters.pals.modeling import Projections
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, load_model, padded_batch  # noqa: E402
+from _speed_jobs import check_requires_grad_on_every_call  # noqa: E402
 
 MODES = ("forward", "train_full", "train_frozen")
 LAYER_MODES = ("pal_layer_forward", "pal_layer_train")  # one PAL layer alone, on the batch's hidden states
@@ -44,42 +50,89 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=25, help="rows of the op table")
     parser.add_argument("--mode", default="all", choices=("all", *MODES, *LAYER_MODES))
-    return parser.parse_args(argv)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, or auto (cuda when available)")
+    parser.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"), help="bf16: autocast, weights fp32")
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        choices=("default", "reduce-overhead", "max-autotune"),
+        help="profile both models through torch.compile in this mode (default: eager)",
+    )
+    args = parser.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda: this torch sees no GPU")
+    if args.mode in LAYER_MODES and (args.compile_mode or args.device != "cpu"):
+        parser.error(
+            f"--mode {args.mode} profiles one eager PAL layer on the CPU: leave out --compile-mode and --device"
+        )
+    return args
 
 
-def models(model_name, method):
+def models(model_name, method, device):
     base = load_model(model_name)
     adapted = load_model(model_name)
     adapters.init(adapted)
     adapted.add_adapter("task", config=METHODS[method].adapters_config())
     adapted.set_active_adapters("task")
-    return {"base": base, method: adapted}
+    return {"base": base.to(device), method: adapted.to(device)}
 
 
-def step(model, mode, inputs, head):
+class Profiled:
+    """A model, what a step calls (the model or its torch.compile wrapper), and how a step runs."""
+
+    def __init__(self, model, device, dtype, compile_mode=None):
+        self.model = model
+        options = {} if compile_mode in (None, "default") else {"mode": compile_mode}
+        self.runner = model if compile_mode is None else torch.compile(model, **options)
+        self.device = device
+        self.bf16 = dtype == "bf16"
+
+    def precision(self):
+        if self.bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def step(profiled, mode, inputs, head):
+    model = profiled.model
     if mode == "forward":
         model.eval()
-        with torch.no_grad():
-            model(**inputs)
+        with torch.no_grad(), profiled.precision():
+            profiled.runner(**inputs)
         return
     model.train()
     for name, p in model.named_parameters():
         p.requires_grad_(mode == "train_full" or "adapters" in name or "shared_parameters" in name)
-    hidden = model(**inputs).last_hidden_state
-    F.cross_entropy(head(hidden[:, 0]), torch.zeros(hidden.shape[0], dtype=torch.long)).backward()
+    with profiled.precision():
+        hidden = profiled.runner(**inputs).last_hidden_state
+        loss = F.cross_entropy(head(hidden[:, 0]), torch.zeros(hidden.shape[0], dtype=torch.long, device=hidden.device))
+    loss.backward()
     model.zero_grad(set_to_none=True)
 
 
-def op_times(model, mode, inputs, head, steps):
-    """Self CPU microseconds per step of each op (and record_function label)."""
+def op_times(profiled, mode, inputs, head, steps):
+    """Microseconds per step of each op (and record_function label): its own time on the CPU, or on a GPU
+    its own time on the device (the kernels it launched)."""
     for _ in range(2):
-        step(model, mode, inputs, head)  # warm-up
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step(profiled, mode, inputs, head)  # warm-up (and, for a compiled model, compiling)
+    on_gpu = profiled.device.type == "cuda"
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
+    profiled.sync()
+    with profile(activities=activities) as prof:
         for _ in range(steps):
-            step(model, mode, inputs, head)
+            step(profiled, mode, inputs, head)
+        profiled.sync()
     totals = {}
     for event in prof.key_averages():
-        totals[event.key] = totals.get(event.key, 0.0) + event.self_cpu_time_total / steps
+        own = event.self_device_time_total if on_gpu else event.self_cpu_time_total
+        if own:
+            totals[event.key] = totals.get(event.key, 0.0) + own / steps
     return totals, prof
 
 
@@ -101,18 +154,20 @@ def wall_times(built, mode, inputs, head, steps):
     """Median wall seconds per step of each model, unprofiled, interleaved (so both see the same load)."""
     times = {name: [] for name in built}
     for _ in range(steps):
-        for name, model in built.items():
+        for name, profiled in built.items():
+            profiled.sync()
             start = time.perf_counter()
-            step(model, mode, inputs, head)
+            step(profiled, mode, inputs, head)
+            profiled.sync()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def report(mode, base, adapted, method, top, wall):
+def report(mode, base, adapted, method, top, wall, where="CPU"):
     total_base, total_adapted = sum(base.values()), sum(adapted.values())
     print(
         f"\n== {mode}: wall (unprofiled, median) base {1000 * wall['base']:.1f} ms, {method} "
-        f"{1000 * wall[method]:.1f} ms ({wall[method] / wall['base']:.3f}x); time inside profiled ops base "
+        f"{1000 * wall[method]:.1f} ms ({wall[method] / wall['base']:.3f}x); ops' own {where} time base "
         f"{total_base / 1000:.1f} ms, {method} {total_adapted / 1000:.1f} ms ({total_adapted / total_base:.3f}x) =="
     )
     keys = set(base) | set(adapted)
@@ -126,7 +181,7 @@ def report(mode, base, adapted, method, top, wall):
         )
 
 
-def pal_layer_profile(model, inputs, mode, steps, top):
+def pal_layer_profile(model, inputs, mode, steps, top):  # eager, on the CPU's op table
     """One PAL layer alone (the first layer's, its shared V_E/V_D passed in), forward or forward + backward
     with the input requiring a gradient (as under a fine-tuned base): its own ops, largest first."""
     pal_module = model.encoder.layer[0].pals.adapters["task"]
@@ -167,22 +222,32 @@ def main(argv=None):
     logging.getLogger("adapters.model_mixin").setLevel(logging.ERROR)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    built = models(args.model, args.method)
-    inputs = padded_batch(built["base"].config, args.batch, args.length)
-    head = torch.nn.Linear(built["base"].config.hidden_size, 2)
-    label_pal_modules(built[args.method])
+    device = torch.device(args.device)
+    modules = models(args.model, args.method, device)
+    config = modules["base"].config
+    inputs = {key: value.to(device) for key, value in padded_batch(config, args.batch, args.length).items()}
+    head = torch.nn.Linear(config.hidden_size, 2).to(device)
+    label_pal_modules(modules[args.method])
+    if args.compile_mode:
+        check_requires_grad_on_every_call()  # the training modes switch requires_grad between steps
+    built = {name: Profiled(model, device, args.dtype, args.compile_mode) for name, model in modules.items()}
+    where = f"device ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "CPU"
     print(
-        f"{args.model}, batch {args.batch} x {args.length} (half the rows padded by a quarter), "
+        f"{args.model}, batch {args.batch} x {args.length} (half the rows padded by a quarter), {device}, "
+        f"{args.dtype}, {'compiled (' + args.compile_mode + ')' if args.compile_mode else 'eager'}, "
         f"{args.threads} thread(s), {args.steps} profiled steps per model and mode; torch {torch.__version__}"
     )
     for mode in (*MODES, *LAYER_MODES) if args.mode == "all" else (args.mode,):
         if mode in LAYER_MODES:
-            pal_layer_profile(built[args.method], inputs, mode, args.steps, args.top)
+            if args.compile_mode is None and device.type == "cpu":
+                pal_layer_profile(modules[args.method], inputs, mode, args.steps, args.top)
+            else:
+                print(f"\n== {mode}: left out (one eager PAL layer on the CPU only) ==")
             continue
         base, _ = op_times(built["base"], mode, inputs, head, args.steps)
         adapted, _ = op_times(built[args.method], mode, inputs, head, args.steps)
         wall = wall_times(built, mode, inputs, head, args.steps)
-        report(mode, base, adapted, args.method, args.top, wall)
+        report(mode, base, adapted, args.method, args.top, wall, where)
     return 0
 
 

@@ -565,3 +565,56 @@ def test_task_uncertainty_refuses_a_sample_of_no_rows(capsys):
     with pytest.raises(SystemExit):
         import_script("task_uncertainty.py").parse_args(["export", "--rows", "0"])
     assert "--rows must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_profile_pals_profiles_both_models_compiled_in_bf16(monkeypatch, capsys):
+    """The device run's profile: both models through torch.compile in the mode asked for, under bf16 autocast,
+    with torch checking requires_grad before it reuses a graph (a frozen-base step follows a full one)."""
+    import torch
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("profile_pals.py")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # torch.compile looks up the labels' module
+    compile_ = torch.compile
+    modes, dtypes = [], []
+
+    def without_codegen(model, **options):
+        modes.append(options.pop("mode", None))
+        compiled = compile_(model, backend="aot_eager", **options)
+
+        def run(**inputs):
+            dtypes.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+            return compiled(**inputs)
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", without_codegen)
+    torch._dynamo.reset()
+    argv = ["--model", "tiny", "--batch", "2", "--length", "16", "--steps", "1", "--top", "3", "--dtype", "bf16"]
+    with torch._dynamo.config.patch(skip_tensor_guards_with_matching_dict_tags=True):
+        assert module.main([*argv, "--mode", "train_frozen", "--compile-mode", "reduce-overhead"]) == 0
+        assert not torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags
+    out = capsys.readouterr().out
+    assert modes == ["reduce-overhead", "reduce-overhead"]  # the base model and the PALs model
+    assert dtypes and set(dtypes) == {torch.bfloat16}
+    assert "compiled (reduce-overhead)" in out and "bf16" in out
+    table = out.split("== train_frozen: wall")[1].splitlines()[2:5]
+    assert len(table) == 3 and all(float(line.split()[-1].rstrip("%")) for line in table)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--mode", "pal_layer_train", "--compile-mode", "default"], "one eager PAL layer on the CPU"),
+        (["--device", "cuda"], "sees no GPU"),
+    ],
+)
+def test_profile_pals_refuses_what_it_cannot_profile(argv, message, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    module = import_script("profile_pals.py")
+    with pytest.raises(SystemExit):
+        module.parse_args(argv)
+    assert message in capsys.readouterr().err
