@@ -154,6 +154,8 @@ class Bench:
         self.runner = self.model if compile_options is None else torch.compile(self.model, **compile_options)
         self.compiled = compile_options is not None
         self.modes_compiled = set()  # modes whose first call compiled a graph of their own
+        # mode -> graphs that inductor kept out of CUDA graphs on that first call (reduce-overhead, on a GPU)
+        self.cudagraph_skips = {}
         self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
         self.modes = modes
         self.params = list(self.model.parameters()) + list(self.head.parameters())
@@ -234,8 +236,12 @@ def forward(bench, work):
     bench.model.eval()
     for p in bench.params:  # the same flags on every call: a compiled row then always reuses one graph
         p.requires_grad_(False)
+    skips_before = cudagraph_skip_count()
     with torch.no_grad():
         bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask)
+    if bench.compiled and "forward" not in bench.modes_compiled:
+        bench.cudagraph_skips["forward"] = cudagraph_skip_count() - skips_before
+        bench.modes_compiled.add("forward")
 
 
 def train_step(bench, mode, work):
@@ -243,13 +249,14 @@ def train_step(bench, mode, work):
     trainable = bench.trainable[mode]
     for p in bench.params:
         p.requires_grad_(id(p) in trainable)
-    graphs_before = counters["stats"]["unique_graphs"]
+    graphs_before, skips_before = counters["stats"]["unique_graphs"], cudagraph_skip_count()
     hidden = bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
     loss = F.cross_entropy(bench.head(hidden[:, 0]), work.labels)
     loss.backward()
     check_gradients(bench, mode)
     if bench.compiled and mode not in bench.modes_compiled:
         check_first_call_compiled(graphs_before, mode)
+        bench.cudagraph_skips[mode] = cudagraph_skip_count() - skips_before
         bench.modes_compiled.add(mode)
     bench.optimizers[mode].step()
     for p in bench.params:  # here, so no gradients linger between measurements
@@ -267,6 +274,13 @@ def check_gradients(bench, mode):
             f"{torch.__version__}); a compiled graph was reused across a change of requires_grad, so its time "
             "would be another step's. Run without --compile, or with another torch."
         )
+
+
+def cudagraph_skip_count():
+    """Graphs inductor has compiled without CUDA graphs in this process (on a CPU every graph counts). Why is
+    in the "cudagraphs" log (a CPU tensor in the graph, a mutated input, ...), which speed_memory.py turns on
+    for mode reduce-overhead."""
+    return counters["inductor"]["cudagraph_skips"]
 
 
 def check_first_call_compiled(graphs_before, mode):

@@ -147,6 +147,25 @@ def compile_words(settings):
     )
 
 
+def cudagraph_lines(results):
+    """With mode reduce-overhead on a GPU: how many of each compiled job's graphs inductor left out of CUDA
+    graphs (0 everywhere: every compiled job replays CUDA graphs)."""
+    s = results["settings"]
+    if s.get("compile_mode") != "reduce-overhead" or not str(s.get("device", "")).startswith("cuda"):
+        return []
+    counts = [
+        f"{row['method']} {mode} {row[mode]['cudagraph_skips']}"
+        for row in results["rows"]
+        for mode in ("forward", "train_full", "train_frozen")
+        if row.get(mode) and "cudagraph_skips" in row[mode]
+    ]
+    return [
+        "Graphs compiled without CUDA graphs on each compiled job's first call (0: the job replays CUDA graphs "
+        "only; the reasons are in the run's log): " + "; ".join(counts) + ".",
+        "",
+    ]
+
+
 def report_lines(results):
     """The Markdown report up to its "Targets" heading (the target lines are added as they print)."""
     machine, s, multi = results["machine"], results["settings"], results["multitask"]
@@ -174,6 +193,7 @@ def report_lines(results):
         "",
         speed_table(results["rows"]),
         "",
+        *cudagraph_lines(results),
         "## Model FLOP rate",
         "",
         flop_rate_words(s),

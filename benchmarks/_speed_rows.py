@@ -73,6 +73,8 @@ def method_rows(benches, times, memory, work, first_calls=None, flops=None, peak
             }
             if key in first_calls:
                 entry["first_call_seconds"] = first_calls[key]  # compiling included for a compiled row
+            if mode in bench.cudagraph_skips:
+                entry["cudagraph_skips"] = bench.cudagraph_skips[mode]
             if key in flops:
                 entry["model_flops"] = flops[key]
                 entry["model_tflops"] = flops[key] / statistics.median(times[key]) / 1e12

@@ -434,6 +434,9 @@ def test_speed_memory_compiled_rows_sit_beside_the_eager_ones(tmp_path, monkeypa
     assert rows["pals (compiled)"]["forward"]["ratio_reference"] == "base (compiled) forward"
     assert rows["pals (compiled)"]["forward_flops_ratio"] == rows["pals"]["forward_flops_ratio"]
     assert "first_call_seconds" in rows["pals (compiled)"]["train_full"]
+    # aot_eager leaves nothing to CUDA graphs; eager rows have no such count
+    assert [rows["pals (compiled)"][m]["cudagraph_skips"] for m in ("forward", "train_full", "train_frozen")] == [0] * 3
+    assert "cudagraph_skips" not in rows["pals"]["forward"]
     whats = [c["what"] for c in data["checks"]]
     assert len(whats) == 6 and all(w.startswith("compiled ") for w in whats[3:])
     assert data["settings"]["compile_mode"] == "reduce-overhead"

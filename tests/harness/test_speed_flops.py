@@ -143,3 +143,27 @@ def test_a_compiled_step_whose_first_call_compiles_no_graph_is_refused(speed, mo
         bench.runner = bench.model  # a first call that compiles nothing, as a reused graph does
         with pytest.raises(RuntimeError, match="compiled no graph of its own"):
             jobs.train_step(bench, "train_frozen", work)
+
+
+def test_a_compiled_rows_cuda_graph_skips_are_counted_on_its_first_call_and_reported_on_a_gpu(speed):
+    from torch._dynamo.utils import counters
+
+    jobs = speed_jobs_module()
+    work = jobs.make_workload("tiny", 4, 32, torch.device("cpu"))
+    bench = jobs.build_benches("tiny", ["pals"], torch.device("cpu"), {})["pals (compiled)"]
+    model = bench.model
+
+    def skipping(**inputs):  # as inductor does when it keeps two graphs out of CUDA graphs
+        counters["inductor"]["cudagraph_skips"] += 2
+        return model(**inputs)
+
+    bench.runner = skipping
+    jobs.forward(bench, work)
+    jobs.forward(bench, work)  # later calls compile nothing: not counted again
+    assert bench.cudagraph_skips == {"forward": 2}
+
+    report = sys.modules["_speed_report"]
+    rows = [{"method": "pals (compiled)", "forward": {"cudagraph_skips": 2}}, {"method": "pals", "forward": {}}]
+    results = {"settings": {"compile_mode": "reduce-overhead", "device": "cuda"}, "rows": rows}
+    assert "pals (compiled) forward 2." in report.cudagraph_lines(results)[0]
+    assert report.cudagraph_lines({**results, "settings": {"compile_mode": "reduce-overhead", "device": "cpu"}}) == []
