@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import pals_adapters  # noqa: F401  (registers the PAL config type)
 from pals_adapters.pals import PALsConfig, ProjectedAttentionLayer
 from pals_adapters.pals.dropout_attention import dropped_positions
-from pals_adapters.pals.modeling import Projections, init_projections
+from pals_adapters.pals.modeling import init_projections, projections_from
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, load_model, machine_info, padded_batch, write_results  # noqa: E402
@@ -77,7 +77,7 @@ def parts(model, hidden, mask):
     context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(batch, length, -1)
     up = F.linear(context, p["up_weight"], p["up_bias"])
     probabilities = torch.rand(batch, heads, length, length)
-    projections = Projections(**p)
+    projections = projections_from(p)
     return {
         "base layer": lambda: layer(hidden, attention_mask=mask),
         "PAL forward": lambda: pal(hidden, mask, projections),

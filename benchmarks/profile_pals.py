@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
 from pals_adapters.harness.methods.registry import METHODS
-from pals_adapters.pals.modeling import Projections
+from pals_adapters.pals.modeling import projections_from
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, load_model, padded_batch  # noqa: E402
@@ -186,7 +186,7 @@ def pal_layer_profile(model, inputs, mode, steps, top):  # eager, on the CPU's o
     with the input requiring a gradient (as under a fine-tuned base): its own ops, largest first."""
     pal_module = model.encoder.layer[0].pals.adapters["task"]
     shared = model.shared_parameters["task"] if "task" in model.shared_parameters else None
-    projections = Projections(**shared) if shared is not None else None
+    projections = projections_from(shared) if shared is not None else None
     with torch.no_grad():
         hidden = model.embeddings(input_ids=inputs["input_ids"]).detach()
     mask = (1.0 - inputs["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..architectures import PALSite
 from .config import PALsConfig
-from .modeling import ProjectedAttentionLayer, Projections, seeded_generator
+from .modeling import ProjectedAttentionLayer, Projections, projections_from, seeded_generator
 
 # TS(h) travels from the layer's pre-hook to its output block's pre-hook. Kept per thread
 # (and per layer object) so concurrent forwards with different active adapters never mix.
@@ -220,10 +220,9 @@ def _shared_projections(adapter_name: str) -> Projections:
             f"shared V_E/V_D of PAL adapter '{adapter_name}' are not in the forward context: "
             "run PAL layers through the model's forward, not on their own"
         )
-    weights = shared[adapter_name]
-    # Indexed one by one, not **weights: torch 2.11's dynamo cannot unpack a ParameterDict as keywords (it
-    # breaks the graph there and then fails to resume the PAL's composition).
-    return Projections(*(weights[name] for name in Projections._fields))
+    # not Projections(**shared[...]): torch 2.11's dynamo broke the graph there, then failed to resume the
+    # PAL's composition
+    return projections_from(shared[adapter_name])
 
 
 def _get_arg(args: tuple, kwargs: dict, arg):

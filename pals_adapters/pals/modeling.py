@@ -4,6 +4,7 @@
 projected space without an output matrix (PALs) or the identity (low-rank layers).
 """
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
@@ -77,6 +78,12 @@ def init_projections(
             "up_bias": nn.Parameter(torch.zeros(hidden_size)),
         }
     )
+
+
+def projections_from(weights: Mapping[str, torch.Tensor]) -> Projections:
+    """The four ``V_E``/``V_D`` tensors of a ParameterDict, indexed one by one: torch 2.11's dynamo cannot
+    unpack a ParameterDict as keywords, and broke the graph there in every layer."""
+    return Projections(*(weights[name] for name in Projections._fields))
 
 
 class ProjectedSelfAttention(nn.Module):
@@ -184,7 +191,7 @@ class ProjectedAttentionLayer(nn.Module):
         attention_mask: torch.Tensor | None,
         shared: Projections | None = None,
     ) -> torch.Tensor:
-        p = Projections(**self.projections) if self.projections is not None else shared
+        p = projections_from(self.projections) if self.projections is not None else shared
         if p is None:
             raise RuntimeError("this PAL shares V_E/V_D across layers: pass them as `shared`")
         # Computed in the PAL's own dtype, returned in the model's (e.g. a float32 PAL on a bfloat16 model);

@@ -46,8 +46,9 @@ def mixed(model, ids, mask, task_ids):
 
 @pytest.mark.parametrize("route", ["one task", "mixed tasks"])
 @pytest.mark.parametrize("training", [False, True])
-def test_pal_layers_compile_without_graph_breaks(route, training):
-    model = encoder().train(training)
+@pytest.mark.parametrize("preset", ["pals", "pals_no_share"])  # shared V_E/V_D, and each layer's own
+def test_pal_layers_compile_without_graph_breaks(route, training, preset):
+    model = encoder(preset).train(training)
     ids, mask = batch()
     if route == "one task":
         explained = torch._dynamo.explain(lambda i, m: one_task(model, i, m))(ids, mask)
