@@ -20,9 +20,18 @@ from ..architectures import PALSite
 from .config import PALsConfig
 from .modeling import ProjectedAttentionLayer, Projections, projections_from, seeded_generator
 
-# TS(h) travels from the layer's pre-hook to its output block's pre-hook. Kept per thread
-# (and per layer object) so concurrent forwards with different active adapters never mix.
-_pending = threading.local()
+
+class _PendingDeltas(threading.local):
+    """TS(h) travels from the layer's pre-hook to its output block's pre-hook. Kept per thread (and per layer
+    object) so concurrent forwards with different active adapters never mix. The dict exists from each
+    thread's first look (``threading.local`` runs ``__init__`` per thread): created lazily in the forward,
+    it made torch.compile compile the model a second time on its second call."""
+
+    def __init__(self):
+        self.deltas: dict = {}
+
+
+_pending = _PendingDeltas()
 
 # While the model's average_adapter runs, collects the (normalised) weights `adapters` passes to every
 # layer, so the shared V_E/V_D are averaged with exactly the same weights (see integration.py).
@@ -207,8 +216,6 @@ def additive_mask(mask: torch.Tensor | None, kind: str, dtype: torch.dtype) -> t
 
 
 def _pending_deltas() -> dict:
-    if not hasattr(_pending, "deltas"):
-        _pending.deltas = {}
     return _pending.deltas
 
 

@@ -78,3 +78,22 @@ def test_compiled_mixed_batch_gives_the_eager_rows_and_gradients(preset):
         assert (g is None) == (w is None)
         if g is not None:
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def test_a_compiled_pal_model_compiles_once_for_repeated_calls():
+    """Per-call state (the PALs' per-thread dict of outputs) exists before the first forward: created there,
+    it failed a guard of the first graph on the second call and made torch.compile compile the model again."""
+    graphs = []
+
+    def counting(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    model = encoder().eval()
+    model.set_active_adapters("b")  # not AdapterSetup: its own per-thread storage is created lazily (adapters')
+    ids, mask = batch()
+    compiled = torch.compile(model, backend=counting)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(input_ids=ids, attention_mask=mask)
+    assert len(graphs) == 1
