@@ -6,8 +6,9 @@ every weight trainable), and a frozen-base step (only the PAL weights trainable)
 prints the self CPU time per step in both models and the difference, largest first, so the
 table reads as "what the PALs add". Ops run inside the PAL modules and hooks are also summed
 under the ``pals.*`` record_function labels the script puts around them. On a GPU the table holds
-each op's self time on the device (its kernels), and the wall times are taken between synchronisations;
-``--compile-mode`` profiles both models through torch.compile (``reduce-overhead``: CUDA graphs).
+each kernel's time on the device (the labels left out: their ranges overlap the kernels), and the wall
+times are taken between synchronisations; ``--compile-mode`` profiles both models through torch.compile
+(``reduce-overhead``: CUDA graphs).
 
     python benchmarks/profile_pals.py                      # bundled MiniLM, 16 x 128 tokens, 1 thread
     python benchmarks/profile_pals.py --steps 10 --top 30 --mode train_full
@@ -26,6 +27,7 @@ from pathlib import Path
 import adapters
 import torch
 import torch.nn.functional as F
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
@@ -117,8 +119,9 @@ def step(profiled, mode, inputs, head):
 
 
 def op_times(profiled, mode, inputs, head, steps):
-    """Microseconds per step of each op (and record_function label): its own time on the CPU, or on a GPU
-    its own time on the device (the kernels it launched)."""
+    """Microseconds per step: on the CPU each op's (and record_function label's) own time; on a GPU each
+    kernel's time on the device (the rows of device events only, so no kernel is counted twice through the
+    op that launched it; the labels' device ranges are left out of the sum, as they overlap the kernels)."""
     for _ in range(2):
         step(profiled, mode, inputs, head)  # warm-up (and, for a compiled model, compiling)
     on_gpu = profiled.device.type == "cuda"
@@ -130,6 +133,8 @@ def op_times(profiled, mode, inputs, head, steps):
         profiled.sync()
     totals = {}
     for event in prof.key_averages():
+        if on_gpu and (event.device_type != DeviceType.CUDA or event.key.startswith("pals.")):
+            continue
         own = event.self_device_time_total if on_gpu else event.self_cpu_time_total
         if own:
             totals[event.key] = totals.get(event.key, 0.0) + own / steps
@@ -163,11 +168,11 @@ def wall_times(built, mode, inputs, head, steps):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def report(mode, base, adapted, method, top, wall, where="CPU"):
+def report(mode, base, adapted, method, top, wall, where="ops' own CPU time"):
     total_base, total_adapted = sum(base.values()), sum(adapted.values())
     print(
         f"\n== {mode}: wall (unprofiled, median) base {1000 * wall['base']:.1f} ms, {method} "
-        f"{1000 * wall[method]:.1f} ms ({wall[method] / wall['base']:.3f}x); ops' own {where} time base "
+        f"{1000 * wall[method]:.1f} ms ({wall[method] / wall['base']:.3f}x); {where}: base "
         f"{total_base / 1000:.1f} ms, {method} {total_adapted / 1000:.1f} ms ({total_adapted / total_base:.3f}x) =="
     )
     keys = set(base) | set(adapted)
@@ -231,7 +236,7 @@ def main(argv=None):
     if args.compile_mode:
         check_requires_grad_on_every_call()  # the training modes switch requires_grad between steps
     built = {name: Profiled(model, device, args.dtype, args.compile_mode) for name, model in modules.items()}
-    where = f"device ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "CPU"
+    where = f"kernel time on the {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "ops' own CPU time"
     print(
         f"{args.model}, batch {args.batch} x {args.length} (half the rows padded by a quarter), {device}, "
         f"{args.dtype}, {'compiled (' + args.compile_mode + ')' if args.compile_mode else 'eager'}, "
