@@ -153,8 +153,7 @@ class Bench:
         # what a measurement calls: the model, or its torch.compile wrapper (compiled on its first call)
         self.runner = self.model if compile_options is None else torch.compile(self.model, **compile_options)
         self.compiled = compile_options is not None
-        self.modes_compiled = set()  # modes whose first call compiled a graph of their own
-        # mode -> graphs that inductor kept out of CUDA graphs on that first call (reduce-overhead, on a GPU)
+        # mode -> graphs that inductor kept out of CUDA graphs on that mode's first (compiling) call, once it ran
         self.cudagraph_skips = {}
         self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
         self.modes = modes
@@ -236,12 +235,12 @@ def forward(bench, work):
     bench.model.eval()
     for p in bench.params:  # the same flags on every call: a compiled row then always reuses one graph
         p.requires_grad_(False)
-    skips_before = cudagraph_skip_count()
+    first = bench.compiled and "forward" not in bench.cudagraph_skips
+    skips_before = cudagraph_skip_count() if first else 0
     with torch.no_grad():
         bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask)
-    if bench.compiled and "forward" not in bench.modes_compiled:
+    if first:
         bench.cudagraph_skips["forward"] = cudagraph_skip_count() - skips_before
-        bench.modes_compiled.add("forward")
 
 
 def train_step(bench, mode, work):
@@ -249,15 +248,15 @@ def train_step(bench, mode, work):
     trainable = bench.trainable[mode]
     for p in bench.params:
         p.requires_grad_(id(p) in trainable)
-    graphs_before, skips_before = counters["stats"]["unique_graphs"], cudagraph_skip_count()
+    first = bench.compiled and mode not in bench.cudagraph_skips
+    graphs_before, skips_before = (counters["stats"]["unique_graphs"], cudagraph_skip_count()) if first else (0, 0)
     hidden = bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state
     loss = F.cross_entropy(bench.head(hidden[:, 0]), work.labels)
     loss.backward()
     check_gradients(bench, mode)
-    if bench.compiled and mode not in bench.modes_compiled:
+    if first:
         check_first_call_compiled(graphs_before, mode)
         bench.cudagraph_skips[mode] = cudagraph_skip_count() - skips_before
-        bench.modes_compiled.add(mode)
     bench.optimizers[mode].step()
     for p in bench.params:  # here, so no gradients linger between measurements
         p.grad = None

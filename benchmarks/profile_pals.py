@@ -36,7 +36,8 @@ from pals_adapters.pals.modeling import projections_from
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, load_model, padded_batch  # noqa: E402
-from _speed_jobs import check_requires_grad_on_every_call  # noqa: E402
+from _speed_jobs import check_requires_grad_on_every_call, pick_device  # noqa: E402
+from _speed_measure import sync  # noqa: E402
 
 MODES = ("forward", "train_full", "train_frozen")
 LAYER_MODES = ("pal_layer_forward", "pal_layer_train")  # one PAL layer alone, on the batch's hidden states
@@ -61,8 +62,7 @@ def parse_args(argv=None):
         help="profile both models through torch.compile in this mode (default: eager)",
     )
     args = parser.parse_args(argv)
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.device = str(pick_device(args.device))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: this torch sees no GPU")
     if args.mode in LAYER_MODES and (args.compile_mode or args.device != "cpu"):
@@ -96,10 +96,6 @@ class Profiled:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def sync(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
 
 def step(profiled, mode, inputs, head):
     model = profiled.model
@@ -126,11 +122,11 @@ def op_times(profiled, mode, inputs, head, steps):
         step(profiled, mode, inputs, head)  # warm-up (and, for a compiled model, compiling)
     on_gpu = profiled.device.type == "cuda"
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
-    profiled.sync()
+    sync(profiled.device)
     with profile(activities=activities) as prof:
         for _ in range(steps):
             step(profiled, mode, inputs, head)
-        profiled.sync()
+        sync(profiled.device)
     totals = {}
     for event in prof.key_averages():
         if on_gpu and (event.device_type != DeviceType.CUDA or event.key.startswith("pals.")):
@@ -160,10 +156,10 @@ def wall_times(built, mode, inputs, head, steps):
     times = {name: [] for name in built}
     for _ in range(steps):
         for name, profiled in built.items():
-            profiled.sync()
+            sync(profiled.device)
             start = time.perf_counter()
             step(profiled, mode, inputs, head)
-            profiled.sync()
+            sync(profiled.device)
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 

@@ -168,7 +168,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
     def layer_pre_hook(self, layer: nn.Module, args: tuple, kwargs: dict):
         """Computes TS(h) for the active setup; repeats the layer input if Parallel widened the batch."""
         key = id(self)
-        deltas = _pending_deltas()
+        deltas = _pending.deltas
         deltas.pop(key, None)
         adapter_setup = self.get_active_setup()
         if adapter_setup is None:
@@ -191,7 +191,7 @@ class PALsLayer(ComposableAdapterLayerBase, nn.Module):
 
     def residual_pre_hook(self, module: nn.Module, args: tuple, kwargs: dict):
         """Adds TS(h) to the residual of the output block, i.e. before its LayerNorm."""
-        delta = _pending_deltas().pop(id(self), None)
+        delta = _pending.deltas.pop(id(self), None)
         if delta is None:
             return None
         residual = _get_arg(args, kwargs, self.site.residual)
@@ -215,10 +215,6 @@ def additive_mask(mask: torch.Tensor | None, kind: str, dtype: torch.dtype) -> t
     return mask
 
 
-def _pending_deltas() -> dict:
-    return _pending.deltas
-
-
 def _shared_projections(adapter_name: str) -> Projections:
     context = ForwardContext.get_context()
     shared = getattr(context, "shared_parameters", None) or {}
@@ -227,8 +223,6 @@ def _shared_projections(adapter_name: str) -> Projections:
             f"shared V_E/V_D of PAL adapter '{adapter_name}' are not in the forward context: "
             "run PAL layers through the model's forward, not on their own"
         )
-    # not Projections(**shared[...]): torch 2.11's dynamo broke the graph there, then failed to resume the
-    # PAL's composition
     return projections_from(shared[adapter_name])
 
 
