@@ -157,6 +157,7 @@ class Bench:
         self.cudagraph_skips = {}
         self.head = torch.nn.Linear(model.config.hidden_size, 2).to(device)
         self.modes = modes
+        self.set_for = None  # the mode the model's train/eval state and requires_grad flags are set for
         self.params = list(self.model.parameters()) + list(self.head.parameters())
         # a step reads last_hidden_state: the pooler's gradient is none, or zeros from a compiled graph
         self.unused = {id(p) for name, p in self.model.named_parameters() if "pooler." in name}
@@ -231,10 +232,34 @@ def build_multitask_models(model_name, presets, tasks, device):
 # --- one measurement of each kind ----------------------------------------------------------------
 
 
-def forward(bench, work):
-    bench.model.eval()
+def set_mode(bench, mode):
+    """The model's train/eval state and every weight's requires_grad as ``mode`` needs them; nothing when they
+    already are. A job's ``prepare`` calls it before the clock starts, so that a timed call is the step alone:
+    ``train()``/``eval()`` walks every module (an adapter model has about twice as many as its base), which
+    neither a server nor a training loop repeats on every call."""
+    if bench.set_for == mode:
+        return
+    bench.model.train(mode != "forward")
+    trainable = bench.trainable.get(mode, ())
     for p in bench.params:  # the same flags on every call: a compiled row then always reuses one graph
-        p.requires_grad_(False)
+        p.requires_grad_(id(p) in trainable)
+    bench.set_for = mode
+
+
+def bench_job(bench, mode, work):
+    """One measurement of ``mode`` on ``bench``, with its set-up as ``prepare`` (see set_mode)."""
+
+    def run():
+        if mode == "forward":
+            return forward(bench, work)
+        return train_step(bench, mode, work)
+
+    run.prepare = lambda: set_mode(bench, mode)
+    return run
+
+
+def forward(bench, work):
+    set_mode(bench, "forward")
     first = bench.compiled and "forward" not in bench.cudagraph_skips
     skips_before = cudagraph_skip_count() if first else 0
     with torch.no_grad():
@@ -244,10 +269,7 @@ def forward(bench, work):
 
 
 def train_step(bench, mode, work):
-    bench.model.train()
-    trainable = bench.trainable[mode]
-    for p in bench.params:
-        p.requires_grad_(id(p) in trainable)
+    set_mode(bench, mode)
     first = bench.compiled and mode not in bench.cudagraph_skips
     graphs_before, skips_before = (counters["stats"]["unique_graphs"], cudagraph_skip_count()) if first else (0, 0)
     hidden = bench.runner(input_ids=work.input_ids, attention_mask=work.attention_mask).last_hidden_state

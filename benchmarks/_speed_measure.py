@@ -15,7 +15,14 @@ def autocast_job(job, device):
         with torch.autocast(device.type, dtype=torch.bfloat16):
             return job()
 
+    run.prepare = getattr(job, "prepare", None)
     return run
+
+
+def prepare(job):
+    """A job's untimed set-up, where it has one (``job.prepare``: see _speed_jobs.set_mode)."""
+    if getattr(job, "prepare", None) is not None:
+        job.prepare()
 
 
 def sync(device):
@@ -35,6 +42,7 @@ def time_rounds(jobs, warmup, repeats, device, start, first_calls=None):
     for r in range(rounds):
         order = keys[r % len(keys) :] + keys[: r % len(keys)]
         for key in order:
+            prepare(jobs[key])
             sync(device)
             t0 = time.perf_counter()
             jobs[key]()
@@ -117,7 +125,10 @@ def measure_memory(jobs, device, start):
     else:
         print("no way to measure memory on this platform: skipped")
         return {}, None
-    memory = {key: peak(job) for key, job in jobs.items()}
+    memory = {}
+    for key, job in jobs.items():
+        prepare(job)
+        memory[key] = peak(job)
     print(f"memory round done, {time.perf_counter() - start:.0f}s elapsed")
     return memory, method
 

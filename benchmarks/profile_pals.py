@@ -19,6 +19,7 @@ times are taken between synchronisations; ``--compile-mode`` profiles both model
 import argparse
 import contextlib
 import logging
+import re
 import statistics
 import sys
 import time
@@ -41,6 +42,7 @@ from _speed_measure import sync  # noqa: E402
 
 MODES = ("forward", "train_full", "train_frozen")
 LAYER_MODES = ("pal_layer_forward", "pal_layer_train")  # one PAL layer alone, on the batch's hidden states
+NAME_WIDTH = 90  # CUDA kernels differ late in their names (a CUTLASS kernel's tile sizes and alignment)
 
 
 def parse_args(argv=None):
@@ -97,27 +99,34 @@ class Profiled:
         return contextlib.nullcontext()
 
 
-def step(profiled, mode, inputs, head):
+def set_mode(profiled, mode):
+    """The model's train/eval state and requires_grad flags for ``mode``, set before a run of steps (not inside
+    the timed or profiled steps: ``train()``/``eval()`` walks every module, which no real loop does per call)."""
     model = profiled.model
+    model.train(mode != "forward")
+    for name, p in model.named_parameters():
+        p.requires_grad_(
+            mode == "train_full" or (mode == "train_frozen" and ("adapters" in name or "shared_parameters" in name))
+        )
+
+
+def step(profiled, mode, inputs, head):
     if mode == "forward":
-        model.eval()
         with torch.no_grad(), profiled.precision():
             profiled.runner(**inputs)
         return
-    model.train()
-    for name, p in model.named_parameters():
-        p.requires_grad_(mode == "train_full" or "adapters" in name or "shared_parameters" in name)
     with profiled.precision():
         hidden = profiled.runner(**inputs).last_hidden_state
         loss = F.cross_entropy(head(hidden[:, 0]), torch.zeros(hidden.shape[0], dtype=torch.long, device=hidden.device))
     loss.backward()
-    model.zero_grad(set_to_none=True)
+    profiled.model.zero_grad(set_to_none=True)
 
 
 def op_times(profiled, mode, inputs, head, steps):
     """Microseconds per step: on the CPU each op's (and record_function label's) own time; on a GPU each
     kernel's time on the device (the rows of device events only, so no kernel is counted twice through the
     op that launched it; the labels' device ranges are left out of the sum, as they overlap the kernels)."""
+    set_mode(profiled, mode)
     for _ in range(2):
         step(profiled, mode, inputs, head)  # warm-up (and, for a compiled model, compiling)
     on_gpu = profiled.device.type == "cuda"
@@ -133,8 +142,33 @@ def op_times(profiled, mode, inputs, head, steps):
             continue
         own = event.self_device_time_total if on_gpu else event.self_cpu_time_total
         if own:
-            totals[event.key] = totals.get(event.key, 0.0) + own / steps
+            key = kernel_key(event.key)
+            totals[key] = totals.get(key, 0.0) + own / steps
     return totals, prof
+
+
+def kernel_key(name):
+    """One row per kind of kernel or op in both models' tables. Inductor numbers the kernels of each compiled
+    graph on its own (the same fused GELU is triton_poi_fused_gelu_view_16 in one model, ..._11 in the other)
+    and names each graph by a hash; a CUDA kernel's name ends with its argument list."""
+    name = re.sub(r"\([^()]*\)$", "", re.sub(r"^void ", "", name))
+    name = re.sub(r"^(triton_\w+?)_\d+$", r"\1", name)
+    name = re.sub(r"^## Call CompiledFxGraph \w+", "## Call CompiledFxGraph", name)
+    return re.sub(r"^Torch-Compiled Region: \S+", "Torch-Compiled Region", name)
+
+
+# What a GPU kernel does, from its name (first match wins): the summary under a device profile.
+KERNEL_KINDS = (
+    ("fused elementwise and norms (inductor's triton)", ("triton_",)),
+    ("attention (SDPA)", ("sdpa", "flash", "fmha", "attention")),
+    ("matrix products (cuBLAS, CUTLASS)", ("gemm", "nvjet", "cutlass", "cublas", "xmma")),
+    ("copies and fills", ("memcpy", "memset", "copy", "fill")),
+)
+
+
+def kernel_kind(key):
+    lowered = key.lower()
+    return next((kind for kind, marks in KERNEL_KINDS if any(mark in lowered for mark in marks)), "other")
 
 
 def label_pal_modules(model):
@@ -154,6 +188,8 @@ def label_pal_modules(model):
 def wall_times(built, mode, inputs, head, steps):
     """Median wall seconds per step of each model, unprofiled, interleaved (so both see the same load)."""
     times = {name: [] for name in built}
+    for profiled in built.values():
+        set_mode(profiled, mode)
     for _ in range(steps):
         for name, profiled in built.items():
             sync(profiled.device)
@@ -164,21 +200,40 @@ def wall_times(built, mode, inputs, head, steps):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def report(mode, base, adapted, method, top, wall, where="ops' own CPU time"):
+def report(mode, base, adapted, method, top, wall, where="ops' own CPU time", kinds=False):
     total_base, total_adapted = sum(base.values()), sum(adapted.values())
     print(
         f"\n== {mode}: wall (unprofiled, median) base {1000 * wall['base']:.1f} ms, {method} "
         f"{1000 * wall[method]:.1f} ms ({wall[method] / wall['base']:.3f}x); {where}: base "
         f"{total_base / 1000:.1f} ms, {method} {total_adapted / 1000:.1f} ms ({total_adapted / total_base:.3f}x) =="
     )
-    keys = set(base) | set(adapted)
-    rows = sorted(keys, key=lambda k: adapted.get(k, 0) - base.get(k, 0), reverse=True)
-    print(f"{'op':<52} {'base ms':>9} {method + ' ms':>9} {'extra ms':>9} {'% extra':>8}")
-    extra_total = total_adapted - total_base
+    if kinds:  # what the device does not spend in kernels: the host's work (Python, guards, launches) and waits
+        print(
+            f"wall minus kernel time: base {1000 * wall['base'] - total_base / 1000:.1f} ms, {method} "
+            f"{1000 * wall[method] - total_adapted / 1000:.1f} ms"
+        )
+        print_diff("kind of kernel", group(base, kernel_kind), group(adapted, kernel_kind), method, top)
+        print()
+    print_diff("op" if not kinds else "kernel", base, adapted, method, top)
+
+
+def group(times, kind_of):
+    grouped = {}
+    for key, value in times.items():
+        grouped[kind_of(key)] = grouped.get(kind_of(key), 0.0) + value
+    return grouped
+
+
+def print_diff(title, base, adapted, method, top):
+    """Rows of ``adapted`` against ``base`` (microseconds per step), the largest extra time first."""
+    rows = sorted(set(base) | set(adapted), key=lambda k: adapted.get(k, 0) - base.get(k, 0), reverse=True)
+    extra_total = sum(adapted.values()) - sum(base.values())
+    print(f"{title:<{NAME_WIDTH}} {'base ms':>9} {method + ' ms':>9} {'extra ms':>9} {'% extra':>8}")
     for key in rows[:top]:
         a, b = adapted.get(key, 0.0), base.get(key, 0.0)
         print(
-            f"{key[:52]:<52} {b / 1000:9.2f} {a / 1000:9.2f} {(a - b) / 1000:9.2f} {100 * (a - b) / extra_total:7.1f}%"
+            f"{key[:NAME_WIDTH]:<{NAME_WIDTH}} {b / 1000:9.2f} {a / 1000:9.2f} {(a - b) / 1000:9.2f} "
+            f"{100 * (a - b) / extra_total:7.1f}%"
         )
 
 
@@ -248,7 +303,7 @@ def main(argv=None):
         base, _ = op_times(built["base"], mode, inputs, head, args.steps)
         adapted, _ = op_times(built[args.method], mode, inputs, head, args.steps)
         wall = wall_times(built, mode, inputs, head, args.steps)
-        report(mode, base, adapted, args.method, args.top, wall, where)
+        report(mode, base, adapted, args.method, args.top, wall, where, kinds=device.type == "cuda")
     return 0
 
 

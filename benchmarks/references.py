@@ -19,17 +19,20 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
-from _common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results
 
 from pals_adapters.harness import RunConfig, run
 from pals_adapters.harness.scoring.metrics import compute_metrics, task_score
 from pals_adapters.harness.tasks.glue import get_task
 from pals_adapters.harness.tasks.splits import load_split
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported, not run
+from _common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results  # noqa: E402
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 GRID = [5e-5, 1e-4]

@@ -47,18 +47,17 @@ from _common import (  # noqa: E402
 )
 from _speed_jobs import (  # noqa: E402
     base_layer_flops,
+    bench_job,
     bf16_peak_tflops,
     build_benches,
     build_multitask_models,
     extra_flops,
     flops_ratio,
-    forward,
     make_workload,
     parallel_errors,
     parallel_forward,
     pick_device,
     separate_forwards,
-    train_step,
 )
 from _speed_measure import autocast_job, measure_memory, time_rounds  # noqa: E402
 from _speed_report import check_line, plumbing_line, report_lines  # noqa: E402
@@ -144,10 +143,7 @@ def make_jobs(benches, multitask_models, tasks, work, dtype="fp32"):
     jobs = {}
     for name, bench in benches.items():
         for mode in bench.modes:
-            if mode == "forward":
-                jobs[(name, mode)] = lambda b=bench: forward(b, work)
-            else:
-                jobs[(name, mode)] = lambda b=bench, m=mode: train_step(b, m, work)
+            jobs[(name, mode)] = bench_job(bench, mode, work)
     for preset, model in multitask_models.items():
         jobs[(f"multitask_{preset}", "parallel")] = lambda m=model: parallel_forward(m, tasks, work)
         jobs[(f"multitask_{preset}", "separate")] = lambda m=model: separate_forwards(m, tasks, work)

@@ -21,11 +21,11 @@ Each at 1 and 2 torch threads (``--threads``). Evaluation: dev rows sorted by le
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
-from _common import command_line, machine_info, markdown_table, write_results
 from torch.utils.data import Subset
 from transformers import AutoTokenizer, TrainerCallback
 
@@ -41,6 +41,9 @@ from pals_adapters.harness.training.runner import (
     load_train_sets,
     resolve_tasks,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported, not run
+from _common import command_line, machine_info, markdown_table, write_results  # noqa: E402
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 LOOPS = {"before": ("collator", False), "arrays": ("arrays", False), "grouped": ("arrays", True)}

@@ -605,6 +605,46 @@ def test_profile_pals_profiles_both_models_compiled_in_bf16(monkeypatch, capsys)
     assert len(table) == 3 and all(float(line.split()[-1].rstrip("%")) for line in table)
 
 
+def test_profile_pals_compares_compiled_kernels_by_what_they_do(monkeypatch, capsys):
+    """Inductor numbers each compiled graph's kernels on its own, so the device run's table (2026-11-28, H200)
+    put the same fused op of the two models in two rows. Kernels are now keyed without that number or their
+    argument list, and a GPU table starts with the time per kind of kernel and the time outside kernels."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("profile_pals.py")
+    key = module.kernel_key
+    assert key("triton_poi_fused_gelu_view_16") == key("triton_poi_fused_gelu_view_11") == "triton_poi_fused_gelu_view"
+    tile = "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align2"
+    assert key(f"void cutlass::Kernel2<{tile}>({tile}::Params)") == f"cutlass::Kernel2<{tile}>"
+    assert key("void at::native::(anonymous namespace)::vectorized_kernel<4>(int)") == (
+        "at::native::(anonymous namespace)::vectorized_kernel<4>"
+    )
+    assert key("## Call CompiledFxGraph fhkomr6v54xkghzx") == "## Call CompiledFxGraph"
+    assert key("Torch-Compiled Region: 1/0") == key("Torch-Compiled Region: 0/0")
+    assert key("aten::addmm") == "aten::addmm"
+
+    base = {"nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_bias_TNT": 800.0, "triton_poi_fused_gelu_view": 200.0}
+    pals = {
+        **base,
+        f"cutlass::Kernel2<{tile}>": 600.0,
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3": 300.0,
+        "triton_poi_fused__scaled_dot_product_cudnn_attention": 100.0,
+        "Memset (Device)": 30.0,
+    }
+    module.report("forward", base, pals, "pals", 10, {"base": 0.004, "pals": 0.006}, "kernel time", kinds=True)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[1].endswith("pals 6.0 ms (1.500x); kernel time: base 1.0 ms, pals 2.0 ms (2.030x) ==")
+    assert lines[2] == "wall minus kernel time: base 3.0 ms, pals 4.0 ms"
+    by_kind = {line[: module.NAME_WIDTH].strip(): line.split()[-4:] for line in lines[4:8]}
+    assert by_kind == {
+        "matrix products (cuBLAS, CUTLASS)": ["0.80", "1.40", "0.60", "58.3%"],
+        "attention (SDPA)": ["0.00", "0.30", "0.30", "29.1%"],
+        "fused elementwise and norms (inductor's triton)": ["0.20", "0.30", "0.10", "9.7%"],
+        "copies and fills": ["0.00", "0.03", "0.03", "2.9%"],
+    }
+    assert lines[10].startswith(f"cutlass::Kernel2<{tile}> ")  # the whole name, tile sizes and alignment
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

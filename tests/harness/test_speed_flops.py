@@ -167,3 +167,46 @@ def test_a_compiled_rows_cuda_graph_skips_are_counted_on_its_first_call_and_repo
     results = {"settings": {"compile_mode": "reduce-overhead", "device": "cuda"}, "rows": rows}
     assert "pals (compiled) forward 2." in report.cudagraph_lines(results)[0]
     assert report.cudagraph_lines({**results, "settings": {"compile_mode": "reduce-overhead", "device": "cpu"}}) == []
+
+
+def test_a_jobs_set_up_runs_before_the_clock_starts(speed, monkeypatch):
+    """A row's train/eval switch and requires_grad flags are its job's ``prepare``, which time_rounds runs before
+    it starts the clock (bf16 rows too), so the timed call is the step alone."""
+    measure = sys.modules["_speed_measure"]
+    events = []
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: events.append("clock") or 0.0)
+
+    def job():
+        events.append("run")
+
+    job.prepare = lambda: events.append("prepare")
+    first_calls = {}
+    cpu = torch.device("cpu")
+    times = measure.time_rounds({"row": measure.autocast_job(job, cpu)}, 1, 1, cpu, 0.0, first_calls)
+    assert set(first_calls) == set(times) == {"row"}
+    # each round: the set-up, the clock around the call alone, and the clock of the round's progress line
+    assert events == ["prepare", "clock", "run", "clock", "clock"] * 2
+
+
+def test_a_prepared_job_switches_no_mode_in_its_timed_call(speed, monkeypatch):
+    jobs = speed_jobs_module()
+    work = jobs.make_workload("tiny", 4, 32, torch.device("cpu"))
+    bench = jobs.build_benches("tiny", ["pals"], torch.device("cpu"))["pals"]
+    switches = []
+    train = bench.model.train
+    monkeypatch.setattr(bench.model, "train", lambda mode=True: switches.append(mode) or train(mode))
+    frozen, forward = jobs.bench_job(bench, "train_frozen", work), jobs.bench_job(bench, "forward", work)
+
+    frozen.prepare()
+    assert switches == [True]
+    frozen()
+    frozen()  # check_gradients inside: the flags set once are the mode's
+    assert switches == [True]
+    assert {id(p) for p in bench.params if p.requires_grad} == bench.trainable["train_frozen"]
+
+    forward.prepare()
+    forward()
+    assert switches == [True, False] and not bench.model.training
+    assert not any(p.requires_grad for p in bench.params)
+    frozen()  # called without its prepare (as pal_step_floor.py does): the step still sets its own mode
+    assert switches == [True, False, True]
