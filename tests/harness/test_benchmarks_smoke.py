@@ -661,3 +661,25 @@ def test_profile_pals_refuses_what_it_cannot_profile(argv, message, monkeypatch,
     with pytest.raises(SystemExit):
         module.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_pal_layout_checks_that_its_layouts_compute_the_plugins_pal(tmp_path, monkeypatch):
+    """The padded layouts of benchmarks/pal_layout.py are only worth timing if they are the same PAL: the output
+    and every gradient (input, V_E/V_D, the small attention's weights) agree with the plugin's in float32."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("pal_layout.py")
+    argv = ["--device", "cpu", "--dtype", "fp32", "--batch", "2", "--length", "16", "--hidden", "64"]
+    argv += ["--projected", "36", "--heads", "4", "--warmup", "1", "--rounds", "1", "--no-compile"]
+    assert module.main([*argv, "--out-dir", str(tmp_path)]) == 0
+    written = json.loads((tmp_path / "pal_layout.json").read_text())
+    assert set(written["max_abs_difference"]) == {"aligned", "padded_heads"}
+    for diff in written["max_abs_difference"].values():
+        assert diff["output"] < 1e-5 and diff["gradients"] < 1e-5
+    assert [(r["pass"], r["layout"]) for r in written["rows"]] == [
+        (kind, layout) for kind in module.PASSES for layout in module.LAYOUTS
+    ]
+
+    args = module.parse_args(argv)  # and a layout that is not the same PAL is caught: here, one without the mask
+    monkeypatch.setitem(module.FUNCTIONS, "padded_heads", lambda pal, h, mask, p: module.padded_heads(pal, h, None, p))
+    found = module.differences(args, *module.build(args))
+    assert found["padded_heads"]["output"] > 1e-4 and found["aligned"]["output"] < 1e-6
