@@ -154,6 +154,13 @@ def write_results(name, data, markdown, out_dir=None):
     return json_path, md_path
 
 
+def print_and_write(name, data, lines, out_dir=None):
+    """Prints a report's Markdown lines, then writes them and ``data`` as write_results does, saying where."""
+    print("\n".join(lines))
+    json_path, md_path = write_results(name, data, "\n".join(lines), out_dir)
+    print(f"wrote {json_path} and {md_path}")
+
+
 def markdown_table(header, rows):
     """A GitHub-flavoured Markdown table; numbers are expected already formatted as strings."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

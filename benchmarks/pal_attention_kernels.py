@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pals_adapters.pals.modeling import fused_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine_info, markdown_table, write_results  # noqa: E402
+from _common import command_line, machine_info, markdown_table, print_and_write  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -164,9 +164,7 @@ def main(argv=None):
         "",
         "Largest differences between the two: " + ", ".join(f"{k} {v:.1e}" for k, v in differences.items()),
     ]
-    print("\n".join(lines))
-    json_path, md_path = write_results(args.name, results, "\n".join(lines), args.out_dir)
-    print(f"wrote {json_path} and {md_path}")
+    print_and_write(args.name, results, lines, args.out_dir)
     return 0
 
 

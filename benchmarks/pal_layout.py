@@ -40,7 +40,7 @@ from pals_adapters.pals.modeling import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine_info, markdown_table, write_results  # noqa: E402
+from _common import command_line, machine_info, markdown_table, print_and_write  # noqa: E402
 from _speed_jobs import pick_device  # noqa: E402
 from _speed_measure import sync, time_rounds  # noqa: E402
 
@@ -273,9 +273,7 @@ def main(argv=None):
         "Largest differences from the plugin layout (float32 values of the output; of all gradients, input and "
         "weights): " + "; ".join(f"{name} {d['output']:.1e}, {d['gradients']:.1e}" for name, d in found.items()),
     ]
-    print("\n".join(lines))
-    json_path, md_path = write_results(args.name, results, "\n".join(lines), args.out_dir)
-    print(f"wrote {json_path} and {md_path}")
+    print_and_write(args.name, results, lines, args.out_dir)
     return 0
 
 
