@@ -683,3 +683,28 @@ def test_pal_layout_checks_that_its_layouts_compute_the_plugins_pal(tmp_path, mo
     monkeypatch.setitem(module.FUNCTIONS, "padded_heads", lambda pal, h, mask, p: module.padded_heads(pal, h, None, p))
     found = module.differences(args, *module.build(args))
     assert found["padded_heads"]["output"] > 1e-4 and found["aligned"]["output"] < 1e-6
+
+
+def test_parallel_copies_compares_the_libraries_function_and_puts_it_back(tmp_path, monkeypatch):
+    """benchmarks/parallel_copies.py swaps adapters' match_attn_matrices_for_parallel in and out of the library's
+    model modules: both must give the same outputs, and the library's own must be back in place afterwards."""
+    import adapters.composition
+    import adapters.models.bert.modeling_bert as bert_modeling
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("parallel_copies.py")
+    q, k, v = torch.ones(2, 3), torch.ones(2, 3), torch.ones(1, 3)
+    assert all(a is b for a, b in zip(module.without_no_op_copies(q, k, q), (q, k, q)))  # no copy
+    assert [t.shape[0] for t in module.without_no_op_copies(q, k, v)] == [2, 2, 2]  # the library's repeat
+    argv = ["--model", "tiny", "--batch", "2", "--length", "16", "--methods", "pals", "--warmup", "1"]
+    # three rounds of six jobs: the last call is a row's with the copies skipped, so the library's function is back
+    # only because main puts it back
+    assert module.main([*argv, "--rounds", "2", "--out-dir", str(tmp_path)]) == 0
+    assert bert_modeling.match_attn_matrices_for_parallel is adapters.composition.match_attn_matrices_for_parallel
+    rows = json.loads((tmp_path / "parallel_copies_tiny.json").read_text())["rows"]
+    assert [(r["row"], r["mode"]) for r in rows] == [
+        ("adapters_init", "forward"),
+        ("pals", "forward"),
+        ("pals", "train_full"),
+    ]
+    assert all(r["same_outputs"] for r in rows)
