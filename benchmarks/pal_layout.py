@@ -8,7 +8,7 @@ zero-padded inside every call (their gradients flow back to the unpadded ones), 
 
     plugin         the plugin's own module (`ProjectedAttentionLayer`, shared V_E/V_D passed in); on a GPU it pads
                    each head from 17 to 24 for SDPA's fused kernels and cuts the padding off again
-    aligned        the products padded to a multiple of 8 columns (204 -> 208, q/k/v 3 x 208): about 2% more
+    aligned        the products padded to a multiple of 8 columns (204 -> 208, q/k/v 3 x 208): 2-4% more
                    FLOPs; the attention padded per call as the plugin does it
     padded_heads   the projected space laid out as heads padded to 24 (12 x 24 = 288): no padding or cutting per
                    call around the attention, but the products do 1.4-2x the FLOPs of the unpadded ones
