@@ -235,8 +235,8 @@ def build_multitask_models(model_name, presets, tasks, device):
 def set_mode(bench, mode):
     """The model's train/eval state and every weight's requires_grad as ``mode`` needs them; nothing when they
     already are. A job's ``prepare`` calls it before the clock starts, so that a timed call is the step alone:
-    ``train()``/``eval()`` walks every module (an adapter model has about twice as many as its base), which
-    neither a server nor a training loop repeats on every call."""
+    ``train()``/``eval()`` walks every module (an adapter model has many more than its base), which neither
+    a server nor a training loop repeats on every call."""
     if bench.set_for == mode:
         return
     bench.model.train(mode != "forward")

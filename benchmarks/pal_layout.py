@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from pals_adapters.pals.modeling import (
     FUSED_HEAD_MULTIPLE,
     ProjectedAttentionLayer,
-    fused_attention,
+    attend,
     init_projections,
     mask_in_dtype,
     projections_from,
@@ -84,7 +84,7 @@ def aligned(pal, hidden, mask, projections):
     qkv = F.linear(x, qkv_weight, F.pad(inner.qkv.bias.view(3, size), (0, extra)).reshape(-1))
     batch, length = hidden.shape[:2]
     query, key, value = qkv.view(batch, length, 3, wide)[..., :size].unflatten(-1, (heads, -1)).permute(2, 0, 3, 1, 4)
-    context = inner_attention(inner, query, key, value, mask)
+    context = attend(query, key, value, mask, inner.dropout if inner.training else 0.0)
     context = F.pad(context.transpose(1, 2).reshape(batch, length, size), (0, extra))
     return pal.activation(F.linear(context, F.pad(p.up_weight, (0, extra)), p.up_bias))
 
@@ -109,15 +109,6 @@ def padded_heads(pal, hidden, mask, projections):
     )  # the padded columns of value are zero, so are the context's
     up = F.pad(p.up_weight.view(-1, heads, head), (0, extra)).reshape(-1, wide)
     return pal.activation(F.linear(context.transpose(1, 2).reshape(batch, length, wide), up, p.up_bias))
-
-
-def inner_attention(inner, query, key, value, mask):
-    """The plugin's attention step, as ProjectedSelfAttention runs it on this device."""
-    mask = mask_in_dtype(mask, query.dtype)
-    dropout = inner.dropout if inner.training else 0.0
-    if query.device.type != "cpu":
-        return fused_attention(query, key, value, mask, dropout)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
 
 
 def plugin(pal, hidden, mask, projections):

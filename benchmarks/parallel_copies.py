@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, comma_list, command_line, machine_info, markdown_table, print_and_write  # noqa: E402
-from _speed_jobs import bench_job, build_benches, make_workload, pick_device  # noqa: E402
+from _speed_jobs import bench_job, build_benches, make_workload, pick_device, set_mode  # noqa: E402
 from _speed_measure import time_rounds  # noqa: E402
 
 LIBRARY = adapters.composition.match_attn_matrices_for_parallel
@@ -89,7 +89,7 @@ def same_outputs(benches, work):
         outputs = []
         for function in (LIBRARY, without_no_op_copies):
             use(function)
-            bench.model.eval()
+            set_mode(bench, "forward")
             with torch.no_grad():
                 outputs.append(bench.model(input_ids=work.input_ids, attention_mask=work.attention_mask)[0])
         same[name] = torch.equal(*outputs)

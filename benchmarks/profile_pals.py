@@ -220,7 +220,8 @@ def report(mode, base, adapted, method, top, wall, where="ops' own CPU time", ki
 def group(times, kind_of):
     grouped = {}
     for key, value in times.items():
-        grouped[kind_of(key)] = grouped.get(kind_of(key), 0.0) + value
+        kind = kind_of(key)
+        grouped[kind] = grouped.get(kind, 0.0) + value
     return grouped
 
 

@@ -102,17 +102,23 @@ class ProjectedSelfAttention(nn.Module):
         batch, length, size = x.shape
         head_size = size // self.num_heads
         query, key, value = self.qkv(x).view(batch, length, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)
-        # attention_mask is additive and broadcastable to (batch, heads, length, length):
-        # (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding.
-        attention_mask = mask_in_dtype(attention_mask, x.dtype)
-        dropout = self.dropout if self.training else 0.0
-        if x.device.type != "cpu":  # a GPU's SDPA has fused kernels, with dropout, for aligned head sizes
-            context = fused_attention(query, key, value, attention_mask, dropout)
-        elif dropout:
-            context = attention_with_dropout(query, key, value, attention_mask, dropout)
-        else:  # the CPU's fused SDPA kernel takes any head size
-            context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)
+        context = attend(query, key, value, attention_mask, self.dropout if self.training else 0.0)
         return context.transpose(1, 2).reshape(batch, length, size)
+
+
+def attend(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float
+) -> torch.Tensor:
+    """``dropout(softmax(q kᵀ/√d + mask)) v`` over (batch, heads, length, head size), by the fastest route
+    on the tensors' device. ``attention_mask`` is additive and broadcastable to (batch, heads, length, length):
+    (B, 1, 1, T) from eager BERT, (B, 1, T, T) from SDPA BERT, or None without padding."""
+    attention_mask = mask_in_dtype(attention_mask, query.dtype)
+    if query.device.type != "cpu":  # a GPU's SDPA has fused kernels, with dropout, for aligned head sizes
+        return fused_attention(query, key, value, attention_mask, dropout)
+    if dropout:
+        return attention_with_dropout(query, key, value, attention_mask, dropout)
+    # the CPU's fused SDPA kernel takes any head size
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask)
 
 
 # SDPA's fused GPU kernels (flash, memory-efficient, cuDNN) take heads whose size is a multiple of this.
