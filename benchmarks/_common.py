@@ -17,7 +17,7 @@ from pals_adapters.harness import RunConfig
 from pals_adapters.harness.methods.method import OLD_NAMES, current_name
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MODELS = ("minilm", "bert-base", "bert-large", "tiny")
+MODELS = ("minilm", "bert-base", "bert-large", "tiny", "bert-base-thin")
 
 
 def model_config(name):
@@ -26,7 +26,9 @@ def model_config(name):
     minilm: the bundled pretrained all-MiniLM-L6-v2 (6 layers, d=384);
     bert-base: transformers' BertConfig() defaults (12 layers, d=768), the paper's model;
     bert-large: BERT-large's shape (24 layers, d=1024, 16 heads, feed-forward 4096);
-    tiny: a 2-layer d=64 BERT for smoke tests.
+    tiny: a 2-layer d=64 BERT for smoke tests;
+    bert-base-thin: BERT-base's 12 layers and modules at d=48 (12 heads of 4), so little arithmetic that a call's
+    time is the host's work (host_overhead.py).
     """
     if name == "minilm":
         return AutoConfig.from_pretrained(_minilm_path())
@@ -42,6 +44,10 @@ def model_config(name):
             num_attention_heads=4,
             intermediate_size=256,
             max_position_embeddings=128,
+        )
+    if name == "bert-base-thin":
+        return BertConfig(
+            vocab_size=1000, hidden_size=48, num_attention_heads=12, intermediate_size=192, max_position_embeddings=128
         )
     raise SystemExit(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
 

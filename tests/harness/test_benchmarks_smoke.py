@@ -708,3 +708,44 @@ def test_parallel_copies_compares_the_libraries_function_and_puts_it_back(tmp_pa
         ("pals", "train_full"),
     ]
     assert all(r["same_outputs"] for r in rows)
+
+
+def test_host_overhead_times_every_row_eager_against_its_base(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("host_overhead.py")
+    argv = ["--model", "tiny", "--methods", "pals,lora", "--rounds", "2", "--warmup", "1", "--calls", "2"]
+    assert module.main([*argv, "--no-compile", "--out-dir", str(tmp_path), "--name", "probe"]) == 0
+    data = json.loads((tmp_path / "probe.json").read_text())
+    assert list(data["rows"]) == ["base", "adapters_init", "pals", "lora"]
+    assert all(len(seconds) == 2 for seconds in data["times_seconds"].values())
+    assert data["rows"]["base"]["x_base"] == 1.0 and data["compiled_breakdown"] == {}
+    assert data["command"].startswith("python benchmarks/host_overhead.py --model tiny")
+    assert "| pals | " in (tmp_path / "probe.md").read_text()
+
+
+def test_host_overhead_splits_a_compiled_call_by_the_profilers_events(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("host_overhead.py")
+    Event = dataclasses.make_dataclass("Event", ["key", "cpu_time_total"])
+    events = [
+        Event("TorchDynamo Cache Lookup", 400.0),
+        Event("Torch-Compiled Region: 0/0", 1000.0),
+        Event("Torch-Compiled Region: 1/0", 200.0),  # a second graph's region counts too
+        Event("## Call CompiledFxGraph fabc ##", 800.0),
+        Event("aten::addmm", 5000.0),
+    ]
+    assert module.compiled_breakdown(events, calls=4) == {"guards_us": 100.0, "region_us": 300.0, "graph_us": 200.0}
+    assert module.compiled_breakdown(events[-1:], calls=4) == dict.fromkeys(("guards_us", "region_us", "graph_us"))
+    times = {"base": [1.0, 2.0], "pals": [1.5, 2.2], "base (compiled)": [0.5, 0.5], "pals (compiled)": [1.0, 0.6]}
+    rows = module.summarise(times, calls=10)
+    assert rows["pals"]["x_base_range"] == pytest.approx([1.1, 1.5])
+    assert rows["pals (compiled)"]["x_base"] == pytest.approx(1.6)  # against the compiled base
+    assert rows["base (compiled)"]["ms_per_call"] == pytest.approx(50.0)
+
+
+def test_host_overhead_refuses_a_compile_mode_without_the_compiled_rows(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    module = import_script("host_overhead.py")
+    with pytest.raises(SystemExit):
+        module.parse_args(["--no-compile", "--compile-mode", "reduce-overhead"])
+    assert "--compile-mode needs the compiled rows" in capsys.readouterr().err
