@@ -71,6 +71,8 @@ def parse_args(argv=None):
         parser.error("--compile-mode needs the compiled rows: leave out --no-compile")
     args.methods = typed_methods(args.methods)
     args.device = pick_device(args.device)
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this torch sees no GPU")
     return args
 
 

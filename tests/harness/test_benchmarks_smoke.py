@@ -5,6 +5,8 @@ import dataclasses
 import importlib.util
 import json
 import math
+import re
+import shlex
 import subprocess
 import sys
 import warnings
@@ -749,3 +751,25 @@ def test_host_overhead_refuses_a_compile_mode_without_the_compiled_rows(monkeypa
     with pytest.raises(SystemExit):
         module.parse_args(["--no-compile", "--compile-mode", "reduce-overhead"])
     assert "--compile-mode needs the compiled rows" in capsys.readouterr().err
+
+
+def test_gpu_checks_script_runs_scripts_and_options_that_exist(monkeypatch):
+    """benchmarks/gpu_checks.sh is spent on a lent GPU's scarce minutes: a misspelt script or option must show
+    here, not there. Each of its commands is parsed by its script's own parse_args (a GPU faked for parsing)."""
+    script = BENCHMARKS / "gpu_checks.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text().replace("\\\n", " ")
+    commands = re.findall(r"^run (\d+) \S+ python3 benchmarks/(\S+\.py)(.*)$", text, re.MULTILINE)
+    assert [name for _, name, _ in commands] == [
+        "speed_memory.py",
+        "pal_layout.py",
+        "host_overhead.py",
+        "profile_pals.py",
+    ]
+    assert sum(int(limit) for limit, _, _ in commands) <= 560  # one device call of at most 600 s, with the set-up
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for _, name, rest in commands:
+        argv = shlex.split(rest.replace("$OUT", "/tmp/out").replace("${TAG}", "h200"))
+        args = import_script(name).parse_args(argv)
+        assert str(args.device).startswith("cuda"), name
