@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import adapters
 import torch
 import torch.nn.functional as F
-from _common import load_model, model_config
+from _common import load_model, model_config, typed_methods
 from adapters import AdapterSetup
 from adapters.composition import Parallel
 from peft import get_peft_model
@@ -14,13 +14,31 @@ from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
+from pals_adapters.errors import ConfigError
 from pals_adapters.harness.methods.peft_lora import DEFAULTS as PEFT_LORA_DEFAULTS
 from pals_adapters.harness.methods.peft_lora import lora_config as peft_lora_config
 from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.training.compiling import prepare_compile
 
 PAL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers")
+# the methods method_model builds: adapter methods, each one task's parameters on the base
+ALL_METHODS = (*PAL_METHODS, "houlsby", "lora", "peft_lora")
 COMPILED = " (compiled)"  # suffix of a row timed through torch.compile
+
+
+def checked_methods(parser, text):
+    """``--methods`` as typed -> method specs (old names warn), or the script stops with ``parser.error`` on a
+    method that method_model cannot build or a wrong setting, before any model is built."""
+    specs = typed_methods(text)
+    unknown = sorted({m for m in specs if m.partition("[")[0] not in ALL_METHODS})
+    if unknown:
+        parser.error(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
+    for spec in specs:
+        try:
+            get_method(spec)
+        except ConfigError as err:
+            parser.error(str(err))
+    return specs
 
 
 def pick_device(name):

@@ -35,9 +35,8 @@ from _common import (  # noqa: E402
     machine_info,
     markdown_table,
     print_and_write,
-    typed_methods,
 )
-from _speed_jobs import make_workload, method_model, pick_device  # noqa: E402
+from _speed_jobs import checked_methods, make_workload, method_model, pick_device  # noqa: E402
 from _speed_measure import time_rounds  # noqa: E402
 
 from pals_adapters.harness.training.compiling import prepare_compile  # noqa: E402
@@ -61,7 +60,12 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds (the first compiles)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-compile", action="store_true", help="eager rows only")
-    parser.add_argument("--compile-mode", default=None, help="torch.compile's mode, e.g. reduce-overhead")
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        help="torch.compile's mode (reduce-overhead: CUDA graphs on a GPU)",
+    )
     parser.add_argument("--out-dir", default=None, help="where to write the results (default benchmarks/results)")
     parser.add_argument("--name", default="host_overhead")
     args = parser.parse_args(argv)
@@ -69,7 +73,7 @@ def parse_args(argv=None):
         parser.error("--calls, --rounds, --batch, --length and --warmup must be at least 1")
     if args.no_compile and args.compile_mode:
         parser.error("--compile-mode needs the compiled rows: leave out --no-compile")
-    args.methods = typed_methods(args.methods)
+    args.methods = checked_methods(parser, args.methods)
     args.device = pick_device(args.device)
     if args.device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this torch sees no GPU")

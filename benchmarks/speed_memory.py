@@ -33,8 +33,6 @@ from pathlib import Path
 import torch
 
 import pals_adapters  # noqa: F401  (registers the "pals" presets)
-from pals_adapters.errors import ConfigError
-from pals_adapters.harness.methods.registry import get_method
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
@@ -46,11 +44,13 @@ from _common import (  # noqa: E402
     write_results,
 )
 from _speed_jobs import (  # noqa: E402
+    ALL_METHODS,
     base_layer_flops,
     bench_job,
     bf16_peak_tflops,
     build_benches,
     build_multitask_models,
+    checked_methods,
     extra_flops,
     flops_ratio,
     make_workload,
@@ -63,8 +63,6 @@ from _speed_measure import autocast_job, measure_memory, time_rounds  # noqa: E4
 from _speed_report import check_line, plumbing_line, report_lines  # noqa: E402
 from _speed_rows import job_flops, method_rows, multitask_summary, paired_ratio  # noqa: E402
 from _speed_targets import target_checks  # noqa: E402
-
-ALL_METHODS = ("pals", "pals_no_share", "low_rank", "pals_top_layers", "houlsby", "lora", "peft_lora")
 
 
 def parse_args(argv=None):
@@ -123,16 +121,8 @@ def parse_args(argv=None):
         args.threads = args.threads or 1
     if args.compile and args.warmup < 1:
         parser.error("--compile needs --warmup 1 or more: the first call of a compiled row compiles it")
-    args.methods = typed_methods(args.methods)
     # a method may carry settings, e.g. "pals[attention_dropout=0.0]": a row of its own
-    unknown = sorted({m for m in args.methods if m.partition("[")[0] not in ALL_METHODS})
-    if unknown:
-        parser.error(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
-    for spec in args.methods:
-        try:
-            get_method(spec)
-        except ConfigError as err:
-            parser.error(str(err))
+    args.methods = checked_methods(parser, args.methods)
     args.tasks = comma_list(args.tasks)
     args.parallel_configs = typed_methods(args.parallel_configs)
     return args

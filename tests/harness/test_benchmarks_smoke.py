@@ -745,12 +745,18 @@ def test_host_overhead_splits_a_compiled_call_by_the_profilers_events(monkeypatc
     assert rows["base (compiled)"]["ms_per_call"] == pytest.approx(50.0)
 
 
-def test_host_overhead_refuses_a_compile_mode_without_the_compiled_rows(monkeypatch, capsys):
+def test_host_overhead_refuses_bad_options_before_building_anything(monkeypatch, capsys):
     monkeypatch.setattr(sys, "path", list(sys.path))
     module = import_script("host_overhead.py")
     with pytest.raises(SystemExit):
         module.parse_args(["--no-compile", "--compile-mode", "reduce-overhead"])
     assert "--compile-mode needs the compiled rows" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        module.parse_args(["--methods", "pals,full"])  # not an adapter method: no model of one task's weights
+    assert "unknown methods ['full']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        module.parse_args(["--methods", "pals[attention_dropout=2]"])
+    assert "attention_dropout" in capsys.readouterr().err
 
 
 def test_gpu_checks_script_runs_scripts_and_options_that_exist(monkeypatch):
