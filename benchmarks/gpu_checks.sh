@@ -27,13 +27,13 @@ run() {
     grep -v -e "^round " -e "Warning" "$OUT/$name.log" | tail -n 25
 }
 
-run 200 "speed_memory_bert_base_${TAG}_bf16_b256_reduce_overhead" python3 benchmarks/speed_memory.py \
+run 190 "speed_memory_bert_base_${TAG}_bf16_b256_reduce_overhead" python3 benchmarks/speed_memory.py \
     --model bert-base --device cuda --dtype bf16 --batch 256 --length 128 --warmup 2 --repeats 7 --compile \
     --compile-mode reduce-overhead --methods pals --parallel-configs '' --no-memory --out-dir "$OUT" \
     --name "speed_memory_bert_base_${TAG}_bf16_b256_reduce_overhead"
-run 130 "pal_layout_${TAG}_bf16" python3 benchmarks/pal_layout.py --device cuda --out-dir "$OUT" \
+run 120 "pal_layout_${TAG}_bf16" python3 benchmarks/pal_layout.py --device cuda --out-dir "$OUT" \
     --name "pal_layout_${TAG}_bf16"
-run 120 "host_overhead_${TAG}_reduce_overhead" python3 benchmarks/host_overhead.py --device cuda \
+run 150 "host_overhead_${TAG}_reduce_overhead" python3 benchmarks/host_overhead.py --device cuda \
     --compile-mode reduce-overhead --methods pals,lora --threads 1 --out-dir "$OUT" \
     --name "host_overhead_${TAG}_reduce_overhead"
 run 90 "profile_pals_forward_${TAG}_bf16_reduce_overhead" python3 benchmarks/profile_pals.py --model bert-base \
