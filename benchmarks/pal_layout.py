@@ -59,6 +59,7 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--no-compile", action="store_true", help="eager rows only")
     parser.add_argument("--out-dir", default=None, help="where to write the results (default benchmarks/results)")
     parser.add_argument("--name", default="pal_layout")
@@ -213,6 +214,8 @@ def summarise(times):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     pal, weights, hidden, mask = build(args)
     found = differences(args, pal, weights, hidden, mask)
@@ -240,7 +243,7 @@ def main(argv=None):
         "",
         f"`{results['command']}`",
         "",
-        f"{machine['cpu_model']}, {args.device}"
+        f"{machine['cpu_model']}, {machine['torch_threads']} thread(s), {args.device}"
         + (f" ({machine['gpu']})" if machine.get("gpu") else "")
         + f", {args.dtype}, torch {machine['torch']}; {machine['date']}. Hidden states ({args.batch}, {args.length}, "
         f"{args.hidden}), a PAL of {args.projected} in {args.heads} heads with shared V_E/V_D, BERT's padding mask, "
