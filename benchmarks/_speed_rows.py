@@ -4,7 +4,8 @@ memory, and the Parallel-against-separate summary."""
 import statistics
 
 import torch
-from _speed_jobs import COMPILED, count_flops, flops_ratio
+from _speed_flops import count_flops, flops_ratio
+from _speed_jobs import COMPILED
 
 REFERENCE_ROWS = ("base", "adapters_init")  # rows that are not methods
 

@@ -1,6 +1,7 @@
 """The targets speed_memory.py checks (issue 22), on a CPU or a GPU, for the eager rows and the compiled ones."""
 
-from _speed_jobs import COMPILED, flops_ratio
+from _speed_flops import flops_ratio
+from _speed_jobs import COMPILED
 from _speed_rows import paired_ratio
 
 # (what, PALs job, base job, target, strict): "{w}" reads "compiled " for the compiled rows.

@@ -43,16 +43,13 @@ from _common import (  # noqa: E402
     typed_methods,
     write_results,
 )
+from _speed_flops import base_layer_flops, bf16_peak_tflops, extra_flops, flops_ratio  # noqa: E402
 from _speed_jobs import (  # noqa: E402
     ALL_METHODS,
-    base_layer_flops,
     bench_job,
-    bf16_peak_tflops,
     build_benches,
     build_multitask_models,
     checked_methods,
-    extra_flops,
-    flops_ratio,
     make_workload,
     parallel_errors,
     parallel_forward,

@@ -25,24 +25,29 @@ def speed_jobs_module():
     return sys.modules["_speed_jobs"]
 
 
+def speed_flops_module():
+    return sys.modules["_speed_flops"]
+
+
 def counted(method, methods=None):
     """FLOPs of each job of one row, as the benchmark counts them, on a tiny model."""
-    jobs = speed_jobs_module()
+    jobs, count = speed_jobs_module(), speed_flops_module().count_flops
     torch.manual_seed(0)
     work = jobs.make_workload("tiny", 4, 32, torch.device("cpu"))
     bench = jobs.build_benches("tiny", [] if method == "base" else [method], torch.device("cpu"))[method]
-    flops = {"forward": jobs.count_flops(lambda: jobs.forward(bench, work))}
+    flops = {"forward": count(lambda: jobs.forward(bench, work))}
     for mode in bench.modes[1:]:
-        flops[mode] = jobs.count_flops(lambda m=mode: jobs.train_step(bench, m, work))
+        flops[mode] = count(lambda m=mode: jobs.train_step(bench, m, work))
     return work, flops
 
 
 @pytest.mark.parametrize("method", ["base", "pals", "pals_top_layers", "houlsby", "lora"])
 def test_counted_flops_agree_with_the_analytic_forward_and_training_costs(speed, method):
-    jobs = speed_jobs_module()
+    flops_of = speed_flops_module()
     work, flops = counted(method)
-    layers = work.config.num_hidden_layers * jobs.base_layer_flops(work.config, work.length)
-    analytic = work.tokens * layers * (1 if method == "base" else jobs.flops_ratio(method, work.config, work.length))
+    layers = work.config.num_hidden_layers * flops_of.base_layer_flops(work.config, work.length)
+    ratio = 1 if method == "base" else flops_of.flops_ratio(method, work.config, work.length)
+    analytic = work.tokens * layers * ratio
     # the counter also sees the pooler and the head on each row's first token: under 1% here
     assert flops["forward"] == pytest.approx(analytic, rel=0.01)
     assert flops["train_full"] == pytest.approx(3 * flops["forward"], rel=0.01)  # backward: 2x the forward
@@ -66,7 +71,7 @@ def test_a_frozen_step_of_pals_on_the_top_layers_does_less_work_than_of_pals_eve
     ],
 )
 def test_bf16_peaks_by_device_name(speed, name, peak):
-    assert speed_jobs_module().bf16_peak_tflops(name) == peak
+    assert speed_flops_module().bf16_peak_tflops(name) == peak
 
 
 def fake_times(forward, frozen):
