@@ -3,6 +3,7 @@
 import ctypes
 import gc
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -54,6 +55,13 @@ def time_rounds(jobs, warmup, repeats, device, start, first_calls=None):
         label = "warm-up" if r < warmup else "timed"
         print(f"round {r + 1}/{rounds} ({label}) done, {time.perf_counter() - start:.0f}s elapsed", flush=True)
     return times
+
+
+def paired_ratio(times, key, reference):
+    """Median and range over rounds of time[key] / time[reference] within the same round (time_rounds's
+    interleaved rounds: both saw the same load)."""
+    ratios = [a / b for a, b in zip(times[key], times[reference])]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 # --- memory: one more round, each job alone, peak over what was allocated before it ---------------

@@ -6,6 +6,7 @@ import statistics
 import torch
 from _speed_flops import count_flops, flops_ratio
 from _speed_jobs import COMPILED
+from _speed_measure import paired_ratio
 
 REFERENCE_ROWS = ("base", "adapters_init")  # rows that are not methods
 
@@ -14,12 +15,6 @@ def stats(values):
     values = sorted(values)
     q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
     return {"median": statistics.median(values), "min": values[0], "max": values[-1], "q1": q[0], "q3": q[2]}
-
-
-def paired_ratio(times, key, reference):
-    """Median and range over rounds of time[key] / time[reference] within the same round."""
-    ratios = [a / b for a, b in zip(times[key], times[reference])]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 def optimizer_state_bytes(bench, mode):

@@ -2,7 +2,7 @@
 
 from _speed_flops import flops_ratio
 from _speed_jobs import COMPILED
-from _speed_rows import paired_ratio
+from _speed_measure import paired_ratio
 
 # (what, PALs job, base job, target, strict): "{w}" reads "compiled " for the compiled rows.
 CPU_TARGETS = (

@@ -36,12 +36,11 @@ from _common import (  # noqa: E402
     markdown_table,
     print_and_write,
 )
-from _speed_jobs import checked_methods, make_workload, method_model, pick_device  # noqa: E402
-from _speed_measure import time_rounds  # noqa: E402
+from _speed_jobs import COMPILED, checked_methods, make_workload, method_model, pick_device  # noqa: E402
+from _speed_measure import paired_ratio, time_rounds  # noqa: E402
 
 from pals_adapters.harness.training.compiling import prepare_compile  # noqa: E402
 
-COMPILED = " (compiled)"
 # torch.profiler's events of a compiled call (their names in torch 2.11-2.13)
 GUARDS_EVENT = "TorchDynamo Cache Lookup"
 REGION_PREFIX = "Torch-Compiled Region"
@@ -142,12 +141,11 @@ def summarise(times, calls):
     or to the compiled base (compiled rows) in the same round."""
     rows = {}
     for name, seconds in times.items():
-        base = times["base" + (COMPILED if name.endswith(COMPILED) else "")]
-        ratios = [a / b for a, b in zip(seconds, base)]
+        ratio = paired_ratio(times, name, "base" + (COMPILED if name.endswith(COMPILED) else ""))
         rows[name] = {
             "ms_per_call": statistics.median(seconds) * 1e3 / calls,
-            "x_base": statistics.median(ratios),
-            "x_base_range": [min(ratios), max(ratios)],
+            "x_base": ratio["median"],
+            "x_base_range": [ratio["min"], ratio["max"]],
         }
     return rows
 

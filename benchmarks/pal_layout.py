@@ -42,7 +42,7 @@ from pals_adapters.pals.modeling import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, machine_info, markdown_table, print_and_write  # noqa: E402
 from _speed_jobs import pick_device  # noqa: E402
-from _speed_measure import sync, time_rounds  # noqa: E402
+from _speed_measure import paired_ratio, sync, time_rounds  # noqa: E402
 
 LAYOUTS = ("plugin", "aligned", "padded_heads")
 PASSES = ("forward", "forward+backward")
@@ -195,18 +195,16 @@ def summarise(times):
     rows = []
     for compiled in sorted({key[2] for key in times}):
         for kind in PASSES:
-            plugin_times = times[("plugin", kind, compiled)]
             for name in LAYOUTS:
-                own = times[(name, kind, compiled)]
-                ratios = [a / b for a, b in zip(own, plugin_times)]
+                ratio = paired_ratio(times, (name, kind, compiled), ("plugin", kind, compiled))
                 rows.append(
                     {
                         "pass": kind,
                         "compiled": compiled,
                         "layout": name,
-                        "ms": 1000 * statistics.median(own),
-                        "over_plugin": statistics.median(ratios),
-                        "over_plugin_min_max": [min(ratios), max(ratios)],
+                        "ms": 1000 * statistics.median(times[(name, kind, compiled)]),
+                        "over_plugin": ratio["median"],
+                        "over_plugin_min_max": [ratio["min"], ratio["max"]],
                     }
                 )
     return rows

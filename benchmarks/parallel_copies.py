@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import MODELS, comma_list, command_line, machine_info, markdown_table, print_and_write  # noqa: E402
 from _speed_jobs import bench_job, build_benches, make_workload, pick_device, set_mode  # noqa: E402
-from _speed_measure import time_rounds  # noqa: E402
+from _speed_measure import paired_ratio, time_rounds  # noqa: E402
 
 LIBRARY = adapters.composition.match_attn_matrices_for_parallel
 MODES = ("forward", "train_full")
@@ -119,16 +119,15 @@ def main(argv=None):
     for (name, mode, variant), own in times.items():
         if variant == "library":
             continue
-        library = times[(name, mode, "library")]
-        ratios = [a / b for a, b in zip(own, library)]
+        ratio = paired_ratio(times, (name, mode, variant), (name, mode, "library"))
         rows.append(
             {
                 "row": name,
                 "mode": mode,
-                "library_ms": 1000 * statistics.median(library),
+                "library_ms": 1000 * statistics.median(times[(name, mode, "library")]),
                 "skipped_ms": 1000 * statistics.median(own),
-                "ratio": statistics.median(ratios),
-                "ratio_min_max": [min(ratios), max(ratios)],
+                "ratio": ratio["median"],
+                "ratio_min_max": [ratio["min"], ratio["max"]],
                 "same_outputs": same[name],
             }
         )

@@ -56,9 +56,9 @@ from _speed_jobs import (  # noqa: E402
     pick_device,
     separate_forwards,
 )
-from _speed_measure import autocast_job, measure_memory, time_rounds  # noqa: E402
+from _speed_measure import autocast_job, measure_memory, paired_ratio, time_rounds  # noqa: E402
 from _speed_report import check_line, plumbing_line, report_lines  # noqa: E402
-from _speed_rows import job_flops, method_rows, multitask_summary, paired_ratio  # noqa: E402
+from _speed_rows import job_flops, method_rows, multitask_summary  # noqa: E402
 from _speed_targets import target_checks  # noqa: E402
 
 
