@@ -32,7 +32,7 @@ from pals_adapters.harness.tasks.glue import get_task
 from pals_adapters.harness.tasks.splits import load_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported, not run
-from _common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results  # noqa: E402
+from common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results  # noqa: E402  (benchmarks/common/)
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 GRID = [5e-5, 1e-4]

@@ -4,8 +4,9 @@ CPU that can only emulate it.
 bfloat16 autocast pays on a CPU only where the CPU multiplies bfloat16 itself (AVX512-BF16 or AMX). Elsewhere,
 e.g. on a CPU with AVX2 only, oneDNN has no bfloat16 kernels and torch falls back to generic code that is many
 times slower than float32: 15-16x on the main job's steps on an AMD EPYC with AVX2 only, against 1.4x faster
-on one with AVX512-BF16 (`benchmarks/cpu_precision.py`, its results in benchmarks/results/). ``auto`` therefore
-takes bf16 where the hardware computes it natively (such a CPU, a GPU from Ampere on) and fp32 elsewhere.
+on one with AVX512-BF16 (`python -m benchmarks run speed precision`, its results in benchmarks/results/speed/).
+``auto`` therefore takes bf16 where the hardware computes it natively (such a CPU, a GPU from Ampere on) and fp32
+elsewhere.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def resolve_precision(requested: str) -> str:
         logger.warning(
             "precision bf16 on a CPU without native bfloat16 (no AVX512-BF16 or AMX; torch reports %s): autocast "
             "runs bfloat16 in generic code, many times slower than fp32. Use --precision fp32 (or auto), or time "
-            "both with benchmarks/cpu_precision.py",
+            "both with `python -m benchmarks run speed precision` (from a checkout of the repository)",
             cpu_description(),
         )
     return requested

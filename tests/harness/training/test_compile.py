@@ -3,7 +3,7 @@ task once, and ``compile: true`` reaches the Trainer.
 
 They use the ``aot_eager`` backend (dynamo's full capture of the model, its hooks and its backward,
 without C++ code generation, which takes about a minute per model on a small shared CPU); the
-inductor path is the one `benchmarks/speed_memory.py --compile` measures.
+inductor path is the one `python -m benchmarks run speed --compile` measures.
 """
 
 import copy

@@ -2,7 +2,7 @@
 
 With a frozen base and one learning rate for everything, a step on the shared projections moves the PAL
 output of all layers at once; frozen PALs then learn a near-constant offset in every layer and CoLA stays
-at a constant prediction (benchmarks/frozen_learning.py). These tests pin the wiring: which weights get
+at a constant prediction (docs/notes/frozen-base-learning.md). These tests pin the wiring: which weights get
 which learning rate, the defaults, and that runs recorded before the setting resume as they trained.
 """
 

@@ -1,0 +1,1 @@
+"""The parameter budget suite (the "Params" column of the PALs paper)."""

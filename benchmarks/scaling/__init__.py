@@ -1,0 +1,1 @@
+"""The scaling suite: per-rank memory of data parallelism against sharding."""

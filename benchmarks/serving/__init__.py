@@ -1,0 +1,1 @@
+"""The serving suite: one base answering requests for many tasks."""

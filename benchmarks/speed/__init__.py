@@ -1,0 +1,1 @@
+"""The speed suite: step time and memory, training throughput, CPU precision."""
