@@ -1,4 +1,4 @@
-"""One rank of sharded_memory.py's measured runs: `pals-bench train`'s run with memory readings around the
+"""One rank of the scaling suite's measured runs: `pals-bench train`'s run with memory readings around the
 model's build and the training (Linux /proc figures), written to ``<report>-rank<R>.json``."""
 
 import json

@@ -1,4 +1,4 @@
-"""sharded_memory.py's tables: the paper arithmetic per rank, and the measured runs beside it."""
+"""The scaling suite's tables: the paper arithmetic per rank, and the measured runs beside it."""
 
 from benchmarks.common import markdown_table
 

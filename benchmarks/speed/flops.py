@@ -1,4 +1,4 @@
-"""What speed_memory.py counts: the analytic matmul FLOPs a method adds to the forward, the FLOPs a job does as
+"""What speed.step counts: the analytic matmul FLOPs a method adds to the forward, the FLOPs a job does as
 torch's counter sees them, and the data-sheet bf16 peaks that turn a FLOP rate into MFU."""
 
 import adapters

@@ -1,5 +1,5 @@
-"""What speed_memory.py times: the workload, the models of each method, and their forward and training steps
-(the FLOPs they do: _speed_flops.py)."""
+"""What speed.step times: the workload, the models of each method, and their forward and training steps
+(the FLOPs they do: flops.py)."""
 
 from dataclasses import dataclass
 
@@ -239,7 +239,7 @@ def check_gradients(bench, mode):
 
 def cudagraph_skip_count():
     """Graphs inductor has compiled without CUDA graphs in this process (on a CPU every graph counts). Why is
-    in the "cudagraphs" log (a CPU tensor in the graph, a mutated input, ...), which speed_memory.py turns on
+    in the "cudagraphs" log (a CPU tensor in the graph, a mutated input, ...), which speed.step turns on
     for mode reduce-overhead."""
     return counters["inductor"]["cudagraph_skips"]
 

@@ -1,4 +1,4 @@
-"""Timing and peak memory of benchmark jobs, for speed_memory.py: interleaved rounds, CUDA or sampled RSS peaks."""
+"""Timing and peak memory of benchmark jobs, for speed.step: interleaved rounds, CUDA or sampled RSS peaks."""
 
 import ctypes
 import gc
@@ -21,7 +21,7 @@ def autocast_job(job, device):
 
 
 def prepare(job):
-    """A job's untimed set-up, where it has one (``job.prepare``: see _speed_jobs.set_mode)."""
+    """A job's untimed set-up, where it has one (``job.prepare``: see jobs.set_mode)."""
     if getattr(job, "prepare", None) is not None:
         job.prepare()
 

@@ -1,4 +1,4 @@
-"""The Markdown report of speed_memory.py: speed, memory and multi-task tables, target lines."""
+"""The Markdown report of speed.step: speed, memory and multi-task tables, target lines."""
 
 from benchmarks.common import markdown_table, verdict_line
 

@@ -1,4 +1,4 @@
-"""What speed_memory.py reports of its measurements: a row per model with its times, ratios, FLOP rates and
+"""What speed.step reports of its measurements: a row per model with its times, ratios, FLOP rates and
 memory, and the Parallel-against-separate summary."""
 
 import statistics

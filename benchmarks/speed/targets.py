@@ -1,4 +1,4 @@
-"""The targets speed_memory.py checks (issue 22), on a CPU or a GPU, for the eager rows and the compiled ones."""
+"""The targets the speed suite checks, on a CPU or a GPU, for the eager rows and the compiled ones."""
 
 from .flops import flops_ratio
 from .jobs import COMPILED

@@ -1,4 +1,4 @@
-"""The report of throughput.py: examples per second of each batching variant, ratios, checks and Markdown."""
+"""The report of `speed throughput`: examples per second of each batching variant, ratios, checks and Markdown."""
 
 import statistics
 
@@ -130,7 +130,7 @@ def summarise(raw, command):
         "",
         "Checks: " + "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items()),
         "",
-        "No GPU figures: no accelerator was lent for these measurements.",
+        "Measured on the CPU (the harness's data path and Trainer step; no GPU rows).",
     ]
     data = {
         "command": command,
