@@ -1,14 +1,17 @@
-"""Tiny random encoders of every family PALs support, and a plain re-statement of the PAL formula."""
+"""Tiny random encoders of every family PALs support, a plain re-statement of the PAL formula, and the
+tiny BERT wrapped by `adapters` that the PAL and CA-MTL tests build on."""
 
 import math
 
 import adapters
 import torch
 import torch.nn.functional as F
+from helpers import tiny_bert_config
 from transformers import (
     AlbertConfig,
     AutoModel,
     BertConfig,
+    BertModel,
     DebertaV2Config,
     DistilBertConfig,
     ElectraConfig,
@@ -130,3 +133,17 @@ def reference_forward(model, arch, name, batch, heads):
         model.set_active_adapters(active)
         for handle in handles:
             handle.remove()
+
+
+PRESETS = ["pals", "pals_no_share", "low_rank", "pals_top_layers", "pals_bottom_layers"]
+
+
+def wrapped(model):
+    """``model`` with `adapters` support, in eval mode."""
+    adapters.init(model)
+    return model.eval()
+
+
+def bert(attn="eager", **kw):
+    """A tiny random BERT (`helpers.tiny_bert_config`) wrapped by `adapters`."""
+    return wrapped(BertModel(tiny_bert_config(attn, **kw)))
