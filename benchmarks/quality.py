@@ -30,9 +30,9 @@ from pals_adapters.harness import RunConfig, run
 from pals_adapters.harness.training.checkpoints import last_complete_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cached_run_folder, same_settings  # noqa: E402  (benchmarks/common/)
 from _quality_report import markdown, paired_differences, summarise, total_parameters  # noqa: E402
 from _quality_rows import PROFILE_ROWS, PROFILES, ROWS, ROWS_MEDIUM  # noqa: E402, F401  (ROWS_MEDIUM: the tests read it here)
+from common import cached_run_folder, same_settings  # noqa: E402  (benchmarks/common/)
 from references import majority_score  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""One rank of a sharded run that stops as if killed (launched by tests/harness/training/test_sharded.py).
+"""One rank of a sharded run that stops as if killed (launched by tests/harness/training/test_sharded_runs.py).
 
     python -m torch.distributed.run --nproc-per-node 2 --master-port PORT \\
         tests/harness/sharded_worker.py SETTINGS_JSON --hang-after-save STEP
