@@ -48,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # everything after `run NAME` belongs to the suite, `--help` included
     if len(argv) >= 2 and argv[0] == "run":
-        return load_suite(argv[1]).main(argv[2:])
+        suite = load_suite(argv[1])
+        program, sys.argv[0] = sys.argv[0], f"python -m benchmarks run {argv[1]}"  # the suite's usage line
+        try:
+            return suite.main(argv[2:])
+        finally:
+            sys.argv[0] = program
     args = parser.parse_args(argv)
     if args.command == "list":
         return list_suites()

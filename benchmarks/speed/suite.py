@@ -18,5 +18,9 @@ PARTS = {"throughput": throughput.main, "precision": precision.main}
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in PARTS:
-        return PARTS[argv[0]](argv[1:])
+        program, sys.argv[0] = sys.argv[0], f"{sys.argv[0]} {argv[0]}"  # the part's usage line
+        try:
+            return PARTS[argv[0]](argv[1:])
+        finally:
+            sys.argv[0] = program
     return step.main(argv)

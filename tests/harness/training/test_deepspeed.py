@@ -17,6 +17,7 @@ import safetensors.torch
 import torch
 from helpers import glue_dir
 from launching import environment, finish, start, torchrun
+from sharded_runs import export_tensors
 from transformers import BertModel
 
 from pals_adapters.errors import ConfigError
@@ -165,15 +166,6 @@ def test_a_zero2_run_resumed_from_its_step_2_checkpoint_ends_bit_for_bit_like_th
     # a run that started afresh would have trained steps 1-2 again and written checkpoint-2 anew
     assert (out / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns == saved_at_step_2
     assert resumed["metrics"]["stsb_pearson"] == whole["metrics"]["stsb_pearson"]
-
-
-def export_tensors(export_dir) -> dict:
-    """Every tensor of every weight file of an export, keyed by file and name."""
-    tensors = {}
-    for path in sorted(export_dir.rglob("*.safetensors")):
-        for name, value in safetensors.torch.load_file(path).items():
-            tensors[f"{path.relative_to(export_dir)}:{name}"] = value
-    return tensors
 
 
 # --- bad input (no launch, no deepspeed needed) -----------------------------------------------------
