@@ -47,7 +47,7 @@ def comparison_data(
                 "params_x_base": row.params_x_base(),
                 "seconds_per_seed": row.seconds_per_seed(),
                 "examples_per_second": row.examples_per_second(),
-                "curve": row.curve(),
+                "curve": {str(step): value for step, value in row.curve().items()},
             }
         )
     return {
