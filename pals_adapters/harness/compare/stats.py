@@ -48,20 +48,23 @@ def bootstrap_interval(tasks: list[str], specs: dict[str, TaskSpec], reference: 
         picked = picked.astype(int)
         return _score(specs[task], ref[picked], labels[picked]) - _score(specs[task], oth[picked], labels[picked])
 
-    out = {}
+    out, distributions = {}, []
     for task, indices in zip(tasks, rows):
-        out[task] = _bootstrap(lambda picked, task=task: difference(task, picked), [indices])
-
-    def average(*picked):
-        return statistics.fmean(difference(task, p) for task, p in zip(tasks, picked))
-
-    out["average"] = _bootstrap(average, rows)
+        out[task], distribution = _bootstrap(lambda picked, task=task: difference(task, picked), indices)
+        distributions.append(distribution)
+    # The tasks' dev sets are resampled independently: the average's resamples are the mean of the tasks'.
+    average = np.mean(distributions, axis=0)
+    tail = 100 * (1 - CONFIDENCE) / 2
+    low, high = np.percentile(average, [tail, 100 - tail])
+    mean = statistics.fmean(out[task]["mean"] for task in tasks)
+    out["average"] = {"mean": mean, "low": float(low), "high": float(high), "n": 1, "interval": "bootstrap"}
     return out
 
 
-def _bootstrap(statistic, samples: list[np.ndarray]) -> dict:
+def _bootstrap(statistic, indices: np.ndarray) -> tuple[dict, np.ndarray]:
+    """The interval of ``statistic`` over resampled dev rows, and its resampled values."""
     result = scipy_stats.bootstrap(
-        samples,
+        [indices],
         statistic,
         vectorized=False,
         n_resamples=BOOTSTRAP_RESAMPLES,
@@ -70,9 +73,11 @@ def _bootstrap(statistic, samples: list[np.ndarray]) -> dict:
         rng=np.random.default_rng(BOOTSTRAP_SEED),
     )
     low, high = result.confidence_interval
+    mean = float(statistic(indices))
     if math.isnan(low) or math.isnan(high):  # every resample the same difference (e.g. identical predictions)
-        low = high = statistic(*samples)
-    return {"mean": float(statistic(*samples)), "low": float(low), "high": float(high), "n": 1, "interval": "bootstrap"}
+        low = high = mean
+    interval = {"mean": mean, "low": float(low), "high": float(high), "n": 1, "interval": "bootstrap"}
+    return interval, result.bootstrap_distribution
 
 
 def mean_half_width(values: list[float]) -> float | None:
