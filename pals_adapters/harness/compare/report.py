@@ -123,8 +123,11 @@ def markdown(data: dict) -> str:
             first = diffs["average"]
             cells = " | ".join(_interval(diffs[k]) for k in keys)
             lines.append(f"| {name} | {first['n']} | {first['interval']} | {cells} |")
+    reasons: dict[str, list[str]] = {}
     for name, why in data["paired_notes"].items():
-        lines.append(f"\nNo interval for {name}: {why}.")
+        reasons.setdefault(why, []).append(name)
+    for why, names in reasons.items():
+        lines.append(f"\nNo interval ({why}): {'; '.join(names)}.")
     for name, folders in data["missing"].items():
         lines.append(f"\nNot done yet ({name}): {len(folders)} runs, e.g. {folders[0]}.")
     return "\n".join(lines) + "\n"
