@@ -26,4 +26,4 @@ def test_the_committed_example_report_is_compares_report_of_its_runs(tmp_path):
     table = (RESULTS / "comparison.md").read_text()
     assert table.split("\n", 1)[1] == (out / "comparison.md").read_text().split("\n", 1)[1]  # all but the command
     page = (REPO / "docs" / "compare.md").read_text()
-    assert "--8<-- \"benchmarks/results/quality/minilm_three_tasks/comparison.md\"" in page
+    assert '--8<-- "benchmarks/results/quality/minilm_three_tasks/comparison.md"' in page
