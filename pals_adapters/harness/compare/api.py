@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ...errors import ConfigError
 from ..run_config import RunConfig
 from .collect import collect_rows
 from .floor import majority_score
@@ -60,8 +61,6 @@ def compare(
     """
     output_dir = Path(output_dir)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        from ...errors import ConfigError
-
         raise ConfigError(f"jobs={jobs!r}: give the number of runs to train at a time, 1 or more")
     grid = read_grid(config, overrides)
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
@@ -71,7 +70,7 @@ def compare(
     if not report_only:
         train_missing(planned, grid.keep_checkpoints, jobs)
     rows = collect_rows(grid, planned)
-    specs = planned[0].specs if not rows[0].separate else _all_specs(planned)
+    specs = _all_specs(planned)
     paired, notes = paired_differences(rows, grid.reference, specs)
     glue_dir, source = grid.shared.get("glue_dir"), grid.shared.get("data_source", "auto")
     floor = {task: majority_score(spec, glue_dir, source) for task, spec in specs.items()}
