@@ -181,8 +181,9 @@ def plot(data: dict, rows: list[RowResult], path: Path) -> Path | None:
     left.set_xlabel("dev score (points), 95% t interval over seeds")
     left.legend(fontsize="small")
     if curves:
-        for name, curve in curves:
-            axes[1].plot([int(s) for s in curve], list(curve.values()), marker=".", label=name)
+        for i, (name, curve) in enumerate(curves):  # ten colours, then the next line style
+            style = ("-", "--", ":")[i // 10 % 3]
+            axes[1].plot([int(s) for s in curve], list(curve.values()), style, marker=".", label=name)
         axes[1].set_xlabel("step")
         axes[1].set_ylabel("dev average (points), mean over seeds")
         axes[1].legend(fontsize="small")
