@@ -1,7 +1,7 @@
 """Every bad grid is refused before any run folder exists, with a message naming the row and what to fix."""
 
 import pytest
-from conftest import write_grid
+from compare_grids import write_grid
 
 from pals_adapters.errors import ConfigError
 from pals_adapters.harness import compare

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import write_grid
+from compare_grids import write_grid
 from scipy import stats
 
 from pals_adapters.harness import compare
@@ -111,17 +111,11 @@ def test_report_only_and_dry_run_train_nothing(trained_grid, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_two_jobs_give_the_scores_of_one(trained_grid, tmp_path):
-    grid, out, data = trained_grid
-    rows = "rows:\n  - name: PALs\n    method: pals\n"
-    two = compare(write_grid(grid.parent, _model(grid), rows=rows), tmp_path / "two", jobs=2)
-    one = {run["run_dir"]: run["scores"] for row in data["rows"] for run in row["runs"]}
-    runs = [run for row in two["rows"] for run in row["runs"]]
-    assert len(runs) == 2 and all(run["scores"] == one[run["run_dir"]] for run in runs)
-
-
-def _model(grid):
-    return next(line.split(": ", 1)[1].strip('"') for line in grid.read_text().splitlines() if line.startswith("model"))
+def test_two_jobs_give_the_scores_of_one(user_tasks, tiny_model_dir, tmp_path):
+    grid = write_grid(user_tasks.parent, tiny_model_dir, rows="rows:\n  - name: PALs\n    method: pals\n")
+    one, two = compare(grid, tmp_path / "one"), compare(grid, tmp_path / "two", jobs=2)
+    runs = [[(run["run_dir"], run["scores"]) for run in data["rows"][0]["runs"]] for data in (one, two)]
+    assert len(runs[0]) == 2 and runs[0] == runs[1]  # the same folders (settings), the same scores
 
 
 @pytest.mark.slow
