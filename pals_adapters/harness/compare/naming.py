@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 
+from ..methods.method import current_name
 from ..run_config import RunConfig
 
 # Where a run is, what it logs or writes at the end, how fast it runs, how often it checkpoints: none of
@@ -26,11 +27,12 @@ NOT_IN_DIGEST = (
 
 def digest_settings(config: RunConfig) -> dict:
     """The settings the digest covers. ``glue_dir`` counts only as set or not: the same GLUE files in
-    another folder (another machine) are the same data."""
+    another folder (another machine) are the same data; a renamed method counts by its current name."""
     settings = json.loads(json.dumps(dataclasses.asdict(config), default=str))
     for name in NOT_IN_DIGEST:
         settings.pop(name, None)
     settings["glue_dir"] = settings["glue_dir"] is not None
+    settings["method"] = current_name(settings["method"])
     return settings
 
 
