@@ -5,6 +5,7 @@ Needs the ``harness`` extra (``pip install "pals-adapters[harness]"``); the plug
 (``import pals_adapters``) does not.
 """
 
+from .compare import compare
 from .data.sampling import make_sampler
 from .export import TaskManifest, export_run, export_task, load_task, load_tasks
 from .methods.accounting import count_method_parameters
@@ -32,6 +33,7 @@ __all__ = [
     "TaskMetric",
     "TaskSpec",
     "build_model",
+    "compare",
     "count_method_parameters",
     "custom_task",
     "export_run",

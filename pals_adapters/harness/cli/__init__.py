@@ -5,6 +5,7 @@ pals-bench export runs/pals --checkpoint runs/pals/checkpoint-2000
 pals-bench evaluate runs/pals/export/rte --glue-dir ../shared/glue
 pals-bench predict runs/pals/export --glue-dir ../shared/glue --out predictions/
 pals-bench schedule --tasks cola sst2 mrpc stsb rte --sampler annealed --steps 20000 --plot schedule.png
+pals-bench compare --config grid.yaml --output-dir comparisons/mine
 pals-bench params --model bert-base-uncased --methods pals low_rank houlsby full shared
 """
 
@@ -19,6 +20,7 @@ from ..data.sampling import STRATEGIES
 from ..training.run_environment import torch_threads
 from ..training.runner import RunConfig
 from .commands import cmd_evaluate, cmd_export, cmd_params, cmd_predict, cmd_schedule, cmd_train
+from .compare_command import add_compare_parser
 from .options import add_run_options, config_file_defaults
 
 
@@ -162,6 +164,8 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     sched.add_argument("--plot", default=None, help="write a PNG here")
     sched.set_defaults(func=cmd_schedule, **_schedule_defaults(run_defaults))
 
+    add_compare_parser(sub)
+
     params = sub.add_parser("params", help="task-specific parameters and the multiplier, from a model config")
     params.add_argument("--model", default="bert-base-uncased", help="model name or folder (only its config is read)")
     params.add_argument(
@@ -177,7 +181,8 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        run_defaults = config_file_defaults(argv)
+        words = argv if argv is not None else sys.argv[1:]
+        run_defaults = {} if words[:1] == ["compare"] else config_file_defaults(argv)  # a grid, not run settings
     except PalsError as err:
         build_parser().exit(2, f"pals-bench: error: {err}\n")
     parser = build_parser(run_defaults)

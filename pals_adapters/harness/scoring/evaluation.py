@@ -64,11 +64,14 @@ def evaluate_tasks(
     progress: bool = False,
     leave: bool = True,
     per_class: dict | None = None,
+    predictions: dict | None = None,
 ) -> dict[str, float]:
     """Flat metrics: ``<task>_[<split>_]<metric>``, ``<task>_score`` and ``average`` (fractions).
 
     ``progress``: a progress bar per task and split (``leave``: kept when done). ``per_class``: a dict
     that receives ``{task: {split: class_report}}`` for the classification tasks (`metrics.class_report`).
+    ``predictions``: a dict that receives ``{task: {split: (predictions, labels)}}`` per dev row (the class
+    index, or a regression task's value), e.g. for a paired bootstrap between two runs.
     """
     results: dict[str, float] = {}
     scores = {}
@@ -79,6 +82,9 @@ def evaluate_tasks(
             label = f"{task} {split}" if progress else None
             logits = predict(model, task, dataset, tokenizer, batch_size, sort_by_length, label, leave)
             metrics = compute_metrics(spec, logits, np.asarray(dataset["label"]))
+            if predictions is not None:
+                values = logits[:, 0] if spec.is_regression else logits.argmax(axis=1)
+                predictions.setdefault(task, {})[split] = (values, np.asarray(dataset["label"]))
             if per_class is not None and not spec.is_regression:
                 per_class.setdefault(task, {})[split] = class_report(spec, logits, np.asarray(dataset["label"]))
             for name, value in metrics.items():

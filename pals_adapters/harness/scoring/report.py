@@ -3,6 +3,7 @@ and a picture of the training."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -124,3 +125,17 @@ def plot_training(log_history: list[dict], path: str | Path) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return path
+
+
+DEV_PREDICTIONS_FILE = "dev_predictions.jsonl"
+
+
+def write_dev_predictions(predictions: dict, path: Path) -> None:
+    """One JSON line per dev row: ``{"task", "split", "row", "prediction", "label"}`` (class index, or a
+    regression task's value), what a paired bootstrap between two runs resamples."""
+    with open(path, "w", encoding="utf-8") as out:
+        for task, splits in predictions.items():
+            for split, (values, labels) in splits.items():
+                for row, (value, label) in enumerate(zip(values.tolist(), labels.tolist())):
+                    line = {"task": task, "split": split, "row": row, "prediction": value, "label": label}
+                    out.write(json.dumps(line) + "\n")

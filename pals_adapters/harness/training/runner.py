@@ -29,7 +29,7 @@ from ..export.write import check_other_tasks_kept, other_tasks
 from ..methods.model import build_model, resolve_model
 from ..plan import RunPlan, plan_run
 from ..run_config import RunConfig
-from ..scoring.report import parameter_summary, plot_training, task_metrics
+from ..scoring.report import DEV_PREDICTIONS_FILE, parameter_summary, plot_training, task_metrics, write_dev_predictions
 from ..serving.add_tasks import SharedBase
 from ..tasks.spec import TaskSpec
 from ..tasks.splits import SkippedRows, load_split
@@ -310,6 +310,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
             results["exports"] = {task: str(path) for task, path in exported.items()}
         out.mkdir(parents=True, exist_ok=True)
         results["plot"] = _plot(trainer.state.log_history, out / PLOT_FILE)
+        write_dev_predictions(trainer.dev_predictions, out / DEV_PREDICTIONS_FILE)  # for paired bootstraps
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     return results
 

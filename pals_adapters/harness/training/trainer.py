@@ -60,6 +60,7 @@ class MultiTaskTrainer(Trainer):
         # (steps_per_epoch, max_steps) of an annealed sampler: its epoch goes into the training log
         self.sampling_epochs = sampling_epochs
         self.class_reports: dict = {}  # per-class view of the classification tasks at the last evaluation
+        self.dev_predictions: dict = {}  # {task: {split: (predictions, labels)}} of the last evaluation
         self.adapter_lr = adapter_lr
         self.scale_shared_lr = scale_shared_lr  # see RunConfig.scale_shared_lr
         # Trainer sees one item per step (a whole batch); this is the number of examples in it.
@@ -259,7 +260,7 @@ class MultiTaskTrainer(Trainer):
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Per-task dev metrics and their average (``eval_average``, usable to pick the best checkpoint)."""
         model = self.accelerator.unwrap_model(self.model)
-        per_class = {}
+        per_class, predictions = {}, {}
         with _without_mixed_precision(model):
             results = evaluate_tasks(
                 model,
@@ -269,8 +270,9 @@ class MultiTaskTrainer(Trainer):
                 progress=not self.args.disable_tqdm and self.is_local_process_zero(),
                 leave=False,
                 per_class=per_class,
+                predictions=predictions,
             )
-        self.class_reports = per_class
+        self.class_reports, self.dev_predictions = per_class, predictions
         metrics = {f"{metric_key_prefix}_{k}": v for k, v in results.items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)

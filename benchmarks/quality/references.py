@@ -12,27 +12,30 @@ so the chosen rate's seed-0 score is slightly optimistic; the seeds 1-2 scores a
 Every run is cached in <cache>/<run id>/results.json; rerun the same command to continue. One run at
 a time, one torch thread by default:
 
-    nohup python benchmarks/references.py --glue-dir ../shared/glue > references.log 2>&1 &
+    nohup python -m benchmarks run quality references --glue-dir ../shared/glue > references.log 2>&1 &
 """
 
 import argparse
 import json
 import math
 import statistics
-import sys
-from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from benchmarks.common import (
+    RESULTS_DIR,
+    command_line,
+    machine_info,
+    markdown_table,
+    results_dir,
+    same_settings,
+    write_results,
+)
 from pals_adapters.harness import RunConfig, run
-from pals_adapters.harness.scoring.metrics import compute_metrics, task_score
+from pals_adapters.harness.compare.floor import majority_score
 from pals_adapters.harness.tasks.glue import get_task
 from pals_adapters.harness.tasks.splits import load_split
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported, not run
-from common import RESULTS_DIR, command_line, machine_info, markdown_table, same_settings, write_results  # noqa: E402  (benchmarks/common/)
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]
 GRID = [5e-5, 1e-4]
@@ -83,23 +86,6 @@ def run_cached(cache: Path, run_id: str, config: RunConfig) -> dict:
     return results
 
 
-def majority_score(task, glue_dir):
-    """Dev score of always predicting the training set's most frequent class (STS-B: a constant,
-    the training mean, whose correlations are 0 by the project's metric convention)."""
-    spec = get_task(task)
-    train, dev = load_split(spec, "train", glue_dir=glue_dir), load_split(spec, "validation", glue_dir=glue_dir)
-    refs = np.asarray(dev["label"])
-    if spec.is_regression:
-        predictions = np.full(len(refs), float(np.mean(train["label"])))
-        what = "constant (train mean)"
-    else:
-        label = Counter(train["label"]).most_common(1)[0][0]
-        predictions = np.full(len(refs), label)
-        what = f"always {spec.labels[label]!r}"
-    metrics = compute_metrics(spec, predictions, refs)
-    return {"predictor": what, "metrics": metrics, "score": task_score(spec, metrics)}
-
-
 def summarise(task, runs_by_lr, seed_runs, majority):
     best_lr = max(runs_by_lr, key=lambda lr: runs_by_lr[lr]["metrics"]["average"])
     scores = [100 * r["metrics"]["average"] for r in seed_runs]
@@ -115,7 +101,7 @@ def summarise(task, runs_by_lr, seed_runs, majority):
         "steps": seed_runs[0]["config"]["max_steps"],
         "train_examples": seed_runs[0]["train_sizes"][task],
         "wall_seconds": [r.get("wall_seconds") for r in seed_runs],
-        "majority": {**majority, "score": 100 * majority["score"]},
+        "majority": majority,  # score in points
     }
 
 
@@ -180,12 +166,14 @@ def markdown(summaries, threads):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks run quality references", description=__doc__.split("\n\n")[0].replace("\n", " ")
+    )
     parser.add_argument("--glue-dir", default="../shared/glue")
     parser.add_argument("--tasks", nargs="+", default=TASKS)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cache", default=str(RESULTS_DIR / "cache" / "references"))
-    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--out-dir", default=str(results_dir("quality")))
     parser.add_argument(
         "--phase",
         choices=["grid", "all"],
@@ -196,7 +184,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     cache = Path(args.cache)
     train_sizes = {t: len(load_split(get_task(t), "train", glue_dir=args.glue_dir)) for t in args.tasks}
-    majority = {t: majority_score(t, args.glue_dir) for t in args.tasks}
+    majority = {t: majority_score(get_task(t), args.glue_dir) for t in args.tasks}  # points
     grid = {}
 
     def report():

@@ -1,0 +1,142 @@
+"""`compare`: a grid of methods x seeds on the same tasks, data and budget, trained (or read) and reported."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+
+from ...errors import ConfigError
+from ..run_config import RunConfig
+from .collect import collect_rows
+from .floor import majority_score
+from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
+from .paired import paired_differences
+from .report import comparison_data, markdown, write_report
+from .runs import DONE, PARTIAL, run_state, train_missing, unique_runs
+
+
+def compare(
+    config: str | Path,
+    output_dir: str | Path,
+    *,
+    overrides: dict | None = None,
+    jobs: int = 1,
+    dry_run: bool = False,
+    print_commands: bool = False,
+    report_only: bool = False,
+    command: str | None = None,
+) -> dict:
+    """Compares methods on the same tasks, data and budget: every (row, seed) of the grid file ``config``
+    is one harness run in ``<output_dir>/runs/``, and the report compares the rows with the reference row.
+
+    The grid file (YAML or JSON) holds the settings every run shares (any `RunConfig` field: ``model``,
+    ``tasks``, ``task_file``, ``glue_dir``, ``max_steps``, learning rates ...; paths relative to the file),
+    ``seeds: [...]``, ``rows:`` (each a ``name`` and the settings it changes, e.g. ``method: pals`` and
+    ``base: frozen``; ``method: separate`` trains one fine-tuned model per task, the papers' baseline),
+    ``reference:`` (a row's name) and optionally ``keep_checkpoints: true``. ``overrides`` replace the file's
+    shared settings (``{"model": "roberta-base"}`` is the same comparison on another base; ``"seeds"``
+    too).
+
+    Everything is checked before the first run starts (each row's runs as ``train`` checks them): a
+    `pals_adapters.errors.ConfigError` names the row and what to fix, and no folder is written.
+
+    A run's folder is named by a digest of its settings: a finished run is read, not retrained; an
+    interrupted one resumes from its last complete checkpoint; changed settings make a new folder. A
+    finished run keeps its ``results.json``, ``dev_predictions.jsonl`` and export, and its checkpoints only
+    with ``keep_checkpoints``. ``jobs``: runs trained at a time, each in its own process (on a CPU with its
+    share of the threads); the scores do not depend on it.
+
+    ``dry_run``: train nothing and write nothing; return (and print) the runs, which are done, and each
+    row's parameters. ``print_commands`` (with ``dry_run``): also print each missing run as the
+    ``pals-bench train`` command that makes it. ``report_only``: train nothing; report the runs that are
+    done and name the missing ones.
+
+    Writes ``comparison.json`` (``{"tasks", "reference", "rows": [{"name", "method", "base", "seeds",
+    "runs": [{"seed", "run_dir", "scores", "seconds"}], "mean", "sd", "params_x_base"}], "paired": {row:
+    {task|"average": {"mean", "low", "high", "n", "interval"}}}}``, scores in points 0-100, paired as
+    reference minus row with 95% intervals), ``comparison.md`` (printed too), ``comparison.csv`` and
+    ``comparison.png`` in ``output_dir``, and returns the JSON data.
+    """
+    output_dir = Path(output_dir)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ConfigError(f"jobs={jobs!r}: give the number of runs to train at a time, 1 or more")
+    grid = read_grid(config, overrides)
+    planned = plan_runs(grid, output_dir)  # every check; nothing written yet
+    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    if dry_run:
+        return describe_plan(grid, planned, print_commands)
+    if not report_only:
+        train_missing(planned, grid.keep_checkpoints, jobs)
+    rows = collect_rows(grid, planned)
+    specs = _all_specs(planned)
+    paired, notes = paired_differences(rows, grid.reference, specs)
+    glue_dir, source = grid.shared.get("glue_dir"), grid.shared.get("data_source", "auto")
+    floor = {task: majority_score(spec, glue_dir, source) for task, spec in specs.items()}
+    data = comparison_data(grid.tasks, grid.reference, rows, paired, notes, floor, command, output_dir)
+    paths = write_report(data, rows, output_dir)
+    print(markdown(data))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return data
+
+
+def _all_specs(planned: list[PlannedRun]) -> dict:
+    specs: dict = {}
+    for run in planned:
+        specs.update(run.specs)
+    return specs
+
+
+def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -> dict:
+    """The dry run: each run's row, seed, state and folder, each row's parameters as a multiple of the base,
+    and with ``print_commands`` the ``pals-bench train`` command of each run not done."""
+    from ..methods.accounting import count_method_parameters
+
+    runs = unique_runs(planned)
+    states = {run.folder: run_state(run) for run in runs}
+    rows = []
+    print(f"{len(runs)} runs, {sum(s == DONE for s in states.values())} done; tasks: {', '.join(grid.tasks)}")
+    for row in grid.rows:
+        first = next(run for run in planned if run.row == row.name)
+        method = "shared" if row.separate else first.config.method
+        count = count_method_parameters(method, first.config.model, n_tasks=len(grid.tasks))
+        multiple = count.multiplier + (len(grid.tasks) - 1 if row.separate else 0)
+        mine = [run for run in planned if run.row == row.name]
+        print(f"row {row.name!r}: {'separate' if row.separate else method}, about {multiple:.2f} x the base")
+        for run in mine:
+            print(f"  seed {run.seed} {'+'.join(run.tasks)}: {states[run.folder]}  {run.folder}")
+        rows.append({"name": row.name, "params_x_base": multiple, "runs": [_run_line(r, states) for r in mine]})
+    if print_commands:
+        print("\n# the runs not done, one command each (then: compare --report-only):")
+        for run in runs:
+            if states[run.folder] != DONE:
+                print(train_command(run, resume=states[run.folder] == PARTIAL))
+    return {"tasks": grid.tasks, "reference": grid.reference, "rows": rows}
+
+
+def _run_line(run: PlannedRun, states: dict) -> dict:
+    return {"seed": run.seed, "tasks": run.tasks, "state": states[run.folder], "run_dir": str(run.folder)}
+
+
+def train_command(run: PlannedRun, resume: bool = False) -> str:
+    """The ``pals-bench train`` command that makes ``run`` in its folder (every setting off its default)."""
+    words = ["pals-bench", "train"]
+    defaults = RunConfig()
+    for f in dataclasses.fields(RunConfig):
+        value = getattr(run.config, f.name)
+        if f.name == "resume" or (value == getattr(defaults, f.name) and f.name not in ("output_dir", "seed")):
+            continue
+        option = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(option if value else "--no-" + option[2:])
+        elif isinstance(value, list):
+            words += [option, *map(str, value)] if value else []
+        elif value is not None:
+            words += [option, str(value)]
+    if resume:
+        words += ["--resume", "last"]
+    return shlex.join(words)
+
+
+__all__ = ["SEPARATE", "compare", "train_command"]
