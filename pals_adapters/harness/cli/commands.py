@@ -37,6 +37,7 @@ from ..serving.request_files import (
     write_answers,
     write_table,
 )
+from ..tasks.dataset_rows import changed_splits, pinned
 from ..tasks.file_record import changed_files, locate_task_files
 from ..tasks.readers import BadRow, getter, iter_records
 from ..tasks.splits import load_split
@@ -102,7 +103,10 @@ def _task_files(trained, manifest, task_dir: Path, task_file: str | None):
         spec, moved = locate_task_files(trained, manifest.task_data, task_dir)
         if moved:
             print(f"note: {moved}", file=sys.stderr)
-    for note in changed_files(spec, manifest.task_data):
+    spec = pinned(spec, manifest.dataset_source)  # a Hub dataset at the commit it was trained on
+    notes = changed_files(spec, manifest.task_data)
+    notes += changed_splits(spec, manifest.dataset_source, spec.dev_splits + spec.test_splits)
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return spec
 
@@ -279,7 +283,7 @@ def _row_ids(spec, split: str, data) -> list:
     if "id" in data.column_names:
         return list(data["id"])
     numbers = list(data["idx"])
-    if spec.data_dir is None:
+    if spec.data_dir is None or spec.dataset is not None:  # GLUE, or a dataset: the rows' numbers
         return numbers
     path = spec.split_path(split)
     columns, rows, unit = iter_records(

@@ -87,6 +87,8 @@ class TaskManifest:
     evaluation: EvaluationRecord | None = None
     # a user task's files: where they were seen from this folder, and their sha256 (`data.data_record`)
     task_data: dict[str, Any] | None = None
+    # a dataset-backed task's dataset: source, resolved revision, each split's fingerprint (`dataset_record`)
+    dataset_source: dict[str, Any] | None = None
     num_parameters: int | None = None
     producer: str | None = None
     # how the head reads the encoder (`model.POOLINGS`); None in exports written before "first_token": "pooler"
@@ -188,7 +190,13 @@ def read_task_manifest(folder: Path) -> TaskManifest:
     ):
         if not isinstance(data.get(name), kind) or not data[name]:
             bad(name, f"must be a non-empty {kind.__name__}")
-    for name, kind in (("tokenizer_files", dict), ("evaluation", dict), ("max_length", int), ("task_data", dict)):
+    for name, kind in (
+        ("tokenizer_files", dict),
+        ("evaluation", dict),
+        ("max_length", int),
+        ("task_data", dict),
+        ("dataset_source", dict),
+    ):
         if data.get(name) is not None and not isinstance(data[name], kind):
             bad(name, f"must be a {kind.__name__} or null")
     if data["base_mode"] not in BASE_MODES:

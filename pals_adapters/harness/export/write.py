@@ -25,6 +25,7 @@ from ...ca_mtl.shared_modules import SHARED_MODULES_FILE  # in <out_dir>/base: C
 from ...errors import ConfigError
 from ..methods.model import MultiTaskModel
 from ..methods.weights import json_default, save_tensors
+from ..tasks.dataset_rows import dataset_record
 from ..tasks.file_record import data_record
 from ..tasks.spec import check_task_name, spec_to_json
 from .card import write_card
@@ -155,6 +156,7 @@ def _write_task(
         tokenizer_files=base.tokenizer_files,
         evaluation=evaluation,
         task_data=data_record(model.tasks[task], folder),
+        dataset_source=dataset_record(model.tasks[task], folder),
         num_parameters=sum(p.numel() for _, p in model.task_parameters(task)),
         producer=f"pals_adapters {__version__}",
         pooling=model.pooling,

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .dataset_source import local_folder
 from .spec import TaskSpec
 from .user_tasks import split_files, with_data_dir
 
@@ -48,16 +49,23 @@ def locate_task_files(
     says which file is missing and how to give the new place)."""
     if spec.data_dir is None or not record or not record.get("data_dir_from_export"):
         return spec, None
-    if any(Path(file).is_file() for file in split_files(spec).values()):
+    if spec.dataset is not None and local_folder(spec) is None:
+        return spec, None  # a Hub dataset: no files of the task's own
+    if _data_present(spec):
         return spec, None
     moved = with_data_dir(spec, Path(seen_from) / record["data_dir_from_export"])
-    if not any(Path(file).is_file() for file in split_files(moved).values()):
+    if not _data_present(moved):
         return spec, None
     note = (
         f"task {spec.name!r}: its files are no longer in {spec.data_dir}; using {moved.data_dir}, where they "
         "were relative to the export"
     )
     return moved, note
+
+
+def _data_present(spec: TaskSpec) -> bool:
+    folder = local_folder(spec)  # a local dataset's folder, else the task's files
+    return folder.exists() if folder is not None else any(Path(f).is_file() for f in split_files(spec).values())
 
 
 def changed_files(spec: TaskSpec, record: dict[str, Any] | None) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, UnknownNameError
+from .dataset_source import check_source
 from .readers import label_text
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews")
@@ -46,6 +47,8 @@ class TaskSpec:
     ``id_column`` names a column of row ids that loading keeps (as ``id``);
     ``skip_bad_rows`` skips malformed rows of the files, counted and reported,
     instead of refusing the file.
+    ``dataset`` names a `datasets` dataset instead of files (`dataset_source`); ``splits`` then maps each
+    split to the dataset's split or slice, and ``label_subset`` lets ``labels`` keep some of its classes.
     """
 
     name: str
@@ -66,6 +69,8 @@ class TaskSpec:
     label_range: tuple[float, float] | None = None
     id_column: str | None = None
     skip_bad_rows: bool = False
+    dataset: dict[str, Any] | None = field(default=None, hash=False)
+    label_subset: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -108,6 +113,8 @@ class TaskSpec:
         """Path of the file of ``split`` (GLUE tasks need ``glue_dir``)."""
         if split not in self.splits:
             raise UnknownNameError(f"split of task {self.name!r}", split, self.splits)
+        if self.dataset is not None:
+            raise ConfigError(f"task {self.name!r} reads a dataset, not files: its {split} is {self.splits[split]!r}")
         if self.data_dir is not None:
             return Path(os.path.normpath(Path(self.data_dir) / self.splits[split]))
         if glue_dir is None:
@@ -191,6 +198,12 @@ def _validate(spec: TaskSpec) -> None:
             f"{where}.id_column {spec.id_column!r} is also the text or label column; name the column that "
             "holds the row ids"
         )
+    if spec.dataset is not None:
+        check_source(spec.dataset, where + ".dataset")
+    if not isinstance(spec.label_subset, bool):
+        raise ConfigError(f"{where}.label_subset must be true or false, got {spec.label_subset!r}")
+    if spec.label_subset and spec.dataset is None:
+        raise ConfigError(f"{where}.label_subset applies to a task of a dataset with a ClassLabel column")
     if not isinstance(spec.skip_bad_rows, bool):
         raise ConfigError(f"{where}.skip_bad_rows must be true or false, got {spec.skip_bad_rows!r}")
     if not isinstance(spec.is_regression, bool):

@@ -267,6 +267,10 @@ def load_split(
         raise UnknownNameError("source", source, SOURCES)
     if split not in spec.splits:
         raise UnknownNameError(f"split of task {spec.name!r}", split, spec.splits)
+    if spec.dataset is not None:  # a task of a `datasets` dataset: the same whatever the source
+        from .dataset_rows import load_dataset_split  # it reads rows with this module's checks
+
+        return load_dataset_split(spec, split, skipped)
     if source == "hub":
         return _load_hub(spec, split)
     base = resolve_glue_dir(glue_dir)

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigError
+from .dataset_source import dataset_task_parts
 from .readers import read_column
 from .spec import (
     EXTENSION_FORMATS,
@@ -37,6 +38,9 @@ _USER_KEYS = (
     "label_range",
     "id_column",
     "skip_bad_rows",
+    "dataset",
+    "splits",
+    "label_subset",
 )
 
 
@@ -56,6 +60,9 @@ def custom_task(
     id_column: str | None = None,
     skip_bad_rows: bool = False,
     base_dir: str | os.PathLike | None = None,
+    dataset: dict | None = None,
+    splits: dict[str, str] | None = None,
+    label_subset: bool = False,
 ) -> TaskSpec:
     """Build a user task from files (relative paths resolve against ``base_dir``, default cwd).
 
@@ -69,11 +76,21 @@ def custom_task(
 
     Relative file paths are kept relative to ``base_dir`` (``data_dir``), so the task of a data folder
     that moved is the same task with another ``data_dir``; absolute ones stay as given.
+
+    ``dataset`` instead of files: ``{path, name, revision, data_dir, data_files}`` as ``datasets.load_dataset``
+    takes them (a Hub id, or a folder relative to ``base_dir``) or ``{from_disk: FOLDER}``; ``splits`` maps
+    train / validation / test to the dataset's splits or slices (default: those of the three it has). A
+    ClassLabel column gives the labels; ``label_subset`` lets ``labels`` keep some of them, in its order.
     """
     check_task_name(name)  # before any file is read
     if type not in ("classification", "regression"):
         raise ConfigError(f"task {name!r}: type must be 'classification' or 'regression', got {type!r}")
     base = _absolute(Path(base_dir) if base_dir is not None else Path.cwd())
+    if dataset is not None or splits is not None:
+        files = {"train": train, "validation": validation, "test": test, "format": format}
+        given = dict(text_columns=text_columns, label_column=label_column, labels=labels, metrics=metrics)
+        given.update(label_range=label_range, id_column=id_column, skip_bad_rows=skip_bad_rows)
+        return _dataset_task(name, base, dataset, splits, files, type == "regression", label_subset, given)
     files = {s: f for s, f in (("train", train), ("validation", validation), ("test", test)) if f is not None}
     if not files:
         raise ConfigError(f"task {name!r}: give at least one of train, validation, test")
@@ -116,6 +133,50 @@ def custom_task(
     )
 
 
+def _dataset_task(name, base, dataset, splits, files, regression, label_subset, given) -> TaskSpec:
+    """`custom_task` of a task whose data is a `datasets` dataset (see `dataset_source`); ``files``: the
+    file options, which must be left out; ``given``: the options that mean what they mean for files."""
+    files = [key for key, value in files.items() if value is not None]
+    if dataset is None or files:
+        extra = files[0] if files else "splits"
+        raise ConfigError(
+            f"task {name!r}: give either files (train, validation, test) or a dataset with its splits; "
+            f"{'splits needs a dataset' if dataset is None else f'{extra!r} does not go with a dataset'}"
+        )
+    text_columns = (given["text_columns"],) if isinstance(given["text_columns"], str) else tuple(given["text_columns"])
+    labels = given["labels"]
+    parts = dataset_task_parts(
+        name,
+        dataset,
+        splits,
+        base,
+        text_columns,
+        given["label_column"],
+        regression,
+        tuple(labels) if labels is not None else None,
+        label_subset,
+        given["id_column"],
+    )
+    metrics = (
+        given["metrics"] if given["metrics"] is not None else (REGRESSION_METRICS if regression else ("accuracy",))
+    )
+    return TaskSpec(
+        name=name,
+        text_columns=text_columns,
+        label_column=given["label_column"],
+        is_regression=regression,
+        labels=parts.labels,
+        metrics=metrics,
+        splits=parts.splits,
+        data_dir=str(base),
+        label_range=given["label_range"],
+        id_column=given["id_column"],
+        skip_bad_rows=given["skip_bad_rows"],
+        dataset=parts.source,
+        label_subset=label_subset,
+    )
+
+
 def _absolute(path: Path) -> Path:
     # absolute and normalised, links kept as written (a linked file stays where the link points)
     return Path(os.path.normpath(os.path.abspath(path)))
@@ -132,7 +193,7 @@ def _relative_to(base: Path, file: str | os.PathLike) -> str:
 def split_files(spec: TaskSpec) -> dict[str, str]:
     """The absolute file of each split of a user task ({} for GLUE tasks): where the task's data is,
     however its folder and files are written (an older record wrote absolute files)."""
-    if spec.data_dir is None:
+    if spec.data_dir is None or spec.dataset is not None:
         return {}
     return {split: str(_absolute(Path(spec.data_dir) / file)) for split, file in spec.splits.items()}
 
