@@ -17,8 +17,9 @@ import datasets
 from ...errors import DataError
 from .dataset_source import DISK_KEY, describe, local_folder, open_dataset, resolved_revision, select_split
 from .readers import text_value
+from .row_checks import SHOWN_BAD_ROWS, LabelParser, SkippedRows, features_for, is_test_split
+from .row_checks import row_id as read_id
 from .spec import TaskSpec
-from .splits import SHOWN_BAD_ROWS, SkippedRows, _LabelParser, _row_id, features_for, is_test_split
 
 logger = logging.getLogger(__name__)
 NO_LABEL = -1  # a ClassLabel's "no label": the Hub's unlabelled test rows
@@ -55,7 +56,7 @@ def load_dataset_split(spec: TaskSpec, split: str, skipped: list[SkippedRows] | 
         try:
             pair = [text_value(t[row], c) for t, c in zip(texts, spec.text_columns)]
             label = label_of(values[row]) if labelled else None
-            row_id = _row_id(ids[row], spec.id_column) if ids is not None else None
+            row_id = read_id(ids[row], spec.id_column) if ids is not None else None
         except ValueError as exc:
             if spec.skip_bad_rows:
                 bad.append((row + 1, str(exc)))
@@ -96,7 +97,7 @@ _OTHER_CLASS = object()  # a class the task left out (label_subset)
 
 
 def _label_reader(spec: TaskSpec, names: list[str] | None):
-    parse = _LabelParser(spec)
+    parse = LabelParser(spec)
     if names is None:
         return parse  # plain ints, strings or numbers: as a file's labels
     index = {label: i for i, label in enumerate(spec.labels)}

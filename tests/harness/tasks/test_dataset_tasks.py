@@ -4,6 +4,7 @@ load_dataset call checked), trained beside a file task, exported, evaluated and 
 inputs, refused before anything is written."""
 
 import json
+import shutil
 from pathlib import Path
 
 import datasets
@@ -147,7 +148,9 @@ def test_the_papers_glue_tasks_load_from_the_hub(monkeypatch, task, split, colum
     assert calls == [("nyu-mll/glue", task, split)] and loaded["text_b"] == ["b"]
 
 
-def test_train_export_evaluate_predict_with_a_file_task(data, tiny_model_dir, capsys):
+@pytest.fixture(scope="module")
+def trained(data, tiny_model_dir) -> tuple[Path, dict]:
+    """The four tasks trained together (mixed batches, length grouping, 9 examples each) and exported."""
     run = data / "run"
     config = runner.RunConfig(
         model=str(tiny_model_dir),
@@ -165,7 +168,11 @@ def test_train_export_evaluate_predict_with_a_file_task(data, tiny_model_dir, ca
         eval_batch_size=8,
         output_dir=str(run),
     )
-    results = runner.run(config)
+    return run, runner.run(config)
+
+
+def test_train_export_evaluate_predict_with_a_file_task(data, trained):
+    run, results = trained
     assert results["train_sizes"] == {"reviews": 9, "scores": 8, "nli": 9, "files": 9}
     manifest = read_task_manifest(run / "export" / "reviews")
     record = manifest.dataset_source
@@ -184,11 +191,43 @@ def test_train_export_evaluate_predict_with_a_file_task(data, tiny_model_dir, ca
     rows = [json.loads(line) for line in (data / "pred" / "reviews-test.jsonl").read_text().splitlines()[0:4]]
     assert len(rows) == 4 and {row["prediction"] for row in rows} <= {"neg", "pos"}
     assert (data / "pred" / "nli-test.jsonl").is_file()
-    # the dev split changed since training: evaluate names it
-    reviews(8).select(range(6)).to_parquet(str(data / "data" / "hub_repo" / "reviews" / "validation.parquet"))
-    capsys.readouterr()
-    main(["evaluate", str(run / "export" / "reviews")])
-    assert "split 'validation' (validation) of dataset folder data/hub_repo" in capsys.readouterr().err
+
+
+def test_a_split_changed_since_training_is_named(data, trained, capsys):
+    dev = data / "data" / "hub_repo" / "reviews" / "validation.parquet"
+    reviews(8).select(range(6)).to_parquet(str(dev))
+    try:
+        capsys.readouterr()
+        main(["evaluate", str(trained[0] / "export" / "reviews")])
+    finally:
+        reviews(8).to_parquet(str(dev))
+    captured = capsys.readouterr()
+    assert (
+        "split 'validation' (validation) of dataset folder data/hub_repo (configuration reviews) differs"
+        in captured.err
+    )
+    assert "(6 dev examples)" in captured.out  # the data as it is now
+
+
+def test_a_dataset_task_added_to_an_export_and_found_after_a_move(data, trained, tmp_path, capsys):
+    export = trained[0] / "export"
+    (data / "more.yaml").write_text(
+        "tasks:\n  - {name: more, dataset: {from_disk: data/nli_disk}, text_columns: [premise],"
+        " labels: [contradiction, entailment], label_subset: true}\n"
+    )
+    settings = dict(max_steps=2, batch_size=4, max_length=24, logging_steps=1, output_dir=str(data / "run_more"))
+    runner.run(runner.RunConfig(task_file=str(data / "more.yaml"), add_to=str(export), **settings))
+    assert read_task_manifest(export / "more").dataset_source["source"]["from_disk"] == "data/nli_disk"
+    moved = tmp_path / "moved"  # the project folder moved whole: the export finds its dataset folder again
+    shutil.copytree(data, moved)
+    (data / "data" / "nli_disk").rename(data / "data" / "nli_away")
+    try:
+        capsys.readouterr()
+        main(["evaluate", str(moved / "run" / "export" / "more")])
+    finally:
+        (data / "data" / "nli_away").rename(data / "data" / "nli_disk")
+    captured = capsys.readouterr()
+    assert f"using {moved}" in captured.err and "more: more_accuracy=" in captured.out
 
 
 def nothing_written(folder: Path, action) -> None:
