@@ -15,7 +15,7 @@ from typing import Any
 import datasets
 
 from ...errors import DataError
-from .dataset_source import DISK_KEY, describe, local_folder, open_dataset, resolved_revision, select_split
+from .dataset_source import DISK_KEY, describe, local_folder, open_dataset, select_split
 from .readers import text_value
 from .row_checks import SHOWN_BAD_ROWS, LabelParser, SkippedRows, features_for, is_test_split
 from .row_checks import row_id as read_id
@@ -43,7 +43,7 @@ def load_dataset_split(spec: TaskSpec, split: str, skipped: list[SkippedRows] | 
     kind = raw.features.get(column) if column else None
     names = kind.names if isinstance(kind, datasets.ClassLabel) else None
     values = list(raw[column]) if kind is not None else None
-    unlabelled = values is None or (names is not None and all(v == NO_LABEL for v in values))
+    unlabelled = values is None or all(v is None or (names is not None and v == NO_LABEL) for v in values)
     if unlabelled and not is_test_split(split) and column:
         raise DataError(f"{where}: no labels in column {column!r} (every row -1); a {split} split needs them")
     labelled = not unlabelled
@@ -117,6 +117,16 @@ def _label_reader(spec: TaskSpec, names: list[str] | None):
 
 
 # --------------------------------------------------------------------------- provenance
+
+
+def resolved_revision(split: datasets.Dataset) -> str | None:
+    """The commit of a Hub dataset that ``datasets`` loaded: the folder of its cache files is named by the
+    commit it prepared them from (None for a local dataset, or where the name is no commit)."""
+    for entry in split.cache_files:
+        name = Path(entry.get("filename", "")).parent.name
+        if len(name) == 40 and all(c in "0123456789abcdef" for c in name):
+            return name
+    return None
 
 
 def _digest(data: datasets.Dataset, columns: list[str]) -> str:

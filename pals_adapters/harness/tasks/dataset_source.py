@@ -10,6 +10,7 @@ dataset and configuration, the splits, the columns and their types, and the labe
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,10 +102,33 @@ def describe(source: dict) -> str:
 # --------------------------------------------------------------------------- opening
 
 
+_OPENED: dict[tuple, datasets.DatasetDict] = {}  # the datasets this process opened, by source and folder state
+_KEEP_OPENED = 8
+
+
 def open_dataset(source: dict, data_dir: str | os.PathLike | None) -> datasets.DatasetDict:
-    """All splits of the dataset (``datasets`` caches what it downloads and prepares); ConfigError naming the
-    configurations when the dataset or configuration is unknown."""
+    """All splits of the dataset (``datasets`` caches what it downloads and prepares; a local folder is opened
+    again when a file in it changed); ConfigError naming the configurations when the dataset or configuration
+    is unknown."""
     base = Path(data_dir or ".")
+    key = (json.dumps(source, sort_keys=True), str(base), _folder_state(base, source))
+    if key not in _OPENED:
+        while len(_OPENED) >= _KEEP_OPENED:
+            _OPENED.pop(next(iter(_OPENED)))
+        _OPENED[key] = _open(source, base)
+    return _OPENED[key]
+
+
+def _folder_state(base: Path, source: dict) -> tuple:
+    """What says whether a local dataset's files changed: each file's name, size and modification time."""
+    if not source.get("local") and DISK_KEY not in source:
+        return ()
+    folder = _absolute(base, source.get(DISK_KEY) or source["path"])
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    return tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+
+
+def _open(source: dict, base: Path) -> datasets.DatasetDict:
     where = describe(source)
     if DISK_KEY in source:
         folder = _absolute(base, source[DISK_KEY])
@@ -166,16 +190,6 @@ def _configurations(kwargs: dict) -> str:
     return f"; its configurations: {', '.join(names)} (set dataset name to one of them)" if names else ""
 
 
-def resolved_revision(split: datasets.Dataset) -> str | None:
-    """The commit of a Hub dataset that ``datasets`` loaded: the folder of its cache files is named by the
-    commit it prepared them from (None for a local dataset, or where the name is no commit)."""
-    for entry in split.cache_files:
-        name = Path(entry.get("filename", "")).parent.name
-        if len(name) == 40 and all(c in "0123456789abcdef" for c in name):
-            return name
-    return None
-
-
 # --------------------------------------------------------------------------- one split
 
 
@@ -186,7 +200,7 @@ def select_split(loaded: datasets.DatasetDict, expression: str, where: str) -> d
     except (AssertionError, ValueError) as exc:
         raise ConfigError(f"{where}: split {expression!r} is not a split or slice ({_first_line(exc)})") from None
     sizes = {name: len(data) for name, data in loaded.items()}
-    unknown = [name for name in _split_names(instruction) if name not in sizes]
+    unknown = [rel.splitname for rel in instruction._relative_instructions if rel.splitname not in sizes]
     if unknown:
         raise ConfigError(f"{where}: no split {unknown[0]!r}; its splits: {', '.join(sizes)}")
     parts = []
@@ -194,10 +208,6 @@ def select_split(loaded: datasets.DatasetDict, expression: str, where: str) -> d
         whole = loaded[part.splitname]
         parts.append(whole if (part.from_, part.to) == (0, len(whole)) else whole.select(range(part.from_, part.to)))
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-
-
-def _split_names(instruction: datasets.ReadInstruction) -> list[str]:
-    return [rel.splitname for rel in instruction._relative_instructions]
 
 
 # --------------------------------------------------------------------------- building a task

@@ -14,6 +14,7 @@ from pals_adapters.errors import ConfigError, DataError
 from pals_adapters.harness.cli import main
 from pals_adapters.harness.export.manifest import read_task_manifest
 from pals_adapters.harness.tasks import dataset_source
+from pals_adapters.harness.tasks.dataset_rows import dataset_record, pinned
 from pals_adapters.harness.tasks.splits import load_split
 from pals_adapters.harness.tasks.user_tasks import custom_task, load_task_specs
 from pals_adapters.harness.training import runner
@@ -110,19 +111,27 @@ def test_labels_may_reorder_or_subset_only_when_the_task_says_so(data, caplog):
     assert "left out 4 rows" in caplog.text
 
 
-def test_a_hub_id_goes_through_load_dataset(monkeypatch, tmp_path):
+def test_a_hub_id_goes_through_load_dataset_and_is_pinned_to_its_commit(monkeypatch, tmp_path):
+    commit = "0123456789abcdef0123456789abcdef01234567"  # datasets names a Hub dataset's cache folder by it
+    reviews(6).save_to_disk(str(tmp_path / commit))
+    train = datasets.Dataset.from_file(str(next((tmp_path / commit).glob("*.arrow"))))
     calls = []
 
     def load_dataset(**kwargs):
         calls.append(kwargs)
-        return datasets.DatasetDict({"train": reviews(6), "test": reviews(2, labels=False)})
+        return datasets.DatasetDict({"train": train, "test": reviews(2, labels=False)})
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     source = {"path": "someone/reviews", "name": "sentiment", "revision": "v1", "data_dir": "en"}
     spec = custom_task("hubtask", dataset=source, splits={"train": "train[2:]", "test": "test"}, base_dir=tmp_path)
     assert spec.dataset == source and spec.labels == ("neg", "pos")
     assert load_split(spec, "train")["text_a"] == [f"review {i} {'great' if i % 2 else 'awful'}" for i in (2, 3, 4, 5)]
-    assert calls and all(call == source for call in calls)  # path, configuration, revision, data_dir as given
+    assert calls == [source]  # path, configuration, revision, data_dir as given; opened once
+    record = dataset_record(spec, tmp_path / "export")
+    assert record["resolved_revision"] == commit and record["source"] == source
+    assert record["splits"]["train"]["split"] == "train[2:]" and record["splits"]["train"]["rows"] == 4
+    assert load_split(pinned(spec, record), "test")["idx"] == [0, 1]  # evaluate / predict load that commit
+    assert calls[-1] == source | {"revision": commit}
 
 
 @pytest.mark.parametrize(
