@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigError
-from .dataset_source import dataset_task_parts
+from .dataset_tasks import dataset_task_parts
 from .readers import read_column
 from .spec import (
     EXTENSION_FORMATS,

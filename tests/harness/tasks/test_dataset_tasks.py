@@ -90,6 +90,16 @@ def test_task_file_reads_the_three_dataset_forms(data):
     assert len(load_split(specs["scores"], "train")) == 8  # train[:80%] of 10 rows
     test = load_split(specs["reviews"], "test")
     assert "label" not in test.column_names and len(test) == 4  # -1: unlabelled test rows
+    files = {"train": "data/scores/train.parquet", "validation": "data/scores/validation.parquet"}
+    builder = custom_task(  # a packaged builder takes files relative to the task file
+        "scores2",
+        dataset={"path": "parquet", "data_files": files},
+        base_dir=data,
+        type="regression",
+        text_columns=["s1", "s2"],
+        label_column="score",
+    )
+    assert load_split(builder, "validation")["label"][:3] == [0.0, 1.0, 2.0] and builder.dataset["data_files"] == files
     validation = load_split(specs["reviews"], "validation")
     assert validation["label"][:2] == [0, 1] and validation["text_a"][1] == "review 1 great"
 
