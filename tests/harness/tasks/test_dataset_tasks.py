@@ -9,6 +9,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+from datasets.exceptions import DatasetNotFoundError
 
 from pals_adapters.errors import ConfigError, DataError
 from pals_adapters.harness.cli import main
@@ -285,6 +286,29 @@ def test_bad_dataset_tasks_are_refused_before_anything_is_written(data, case, en
     with pytest.raises(ConfigError, match=fragment):
         nothing_written(data / "data", _train(data, entry))
     assert not (data / "badrun").exists()
+
+
+@pytest.mark.parametrize(
+    "problem, configurations, fragment",
+    [
+        (DatasetNotFoundError("Dataset 'nobody/nothing' doesn't exist on the Hub"), None, "check the dataset's name"),
+        (ValueError("BuilderConfig 'x' not found. Available: ['a', 'b']"), ["a", "b"], "its configurations: a, b"),
+    ],
+    ids=["unknown-hub-dataset", "unknown-hub-configuration"],
+)
+def test_an_unknown_hub_dataset_or_configuration_is_refused(monkeypatch, tmp_path, problem, configurations, fragment):
+    def load_dataset(**kwargs):
+        raise problem
+
+    def config_names(path, revision=None):
+        if configurations is None:
+            raise DatasetNotFoundError(path)
+        return configurations
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(datasets, "get_dataset_config_names", config_names)
+    with pytest.raises(ConfigError, match=fragment):
+        custom_task("t", dataset={"path": "nobody/nothing", "name": "x"}, base_dir=tmp_path)
 
 
 def test_label_values_outside_a_classlabel_are_refused(tmp_path):
