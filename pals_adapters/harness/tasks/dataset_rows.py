@@ -80,7 +80,8 @@ def load_dataset_split(spec: TaskSpec, split: str, skipped: list[SkippedRows] | 
     if other_classes:
         logger.warning(f"{where}: left out {other_classes} rows of classes not in the task's labels (label_subset)")
     if bad:
-        report = SkippedRows(spec.name, split, where, len(bad), "row", tuple(bad[:SHOWN_BAD_ROWS]))
+        source = f"{describe(spec.dataset)} split {spec.splits[split]!r}"
+        report = SkippedRows(spec.name, split, source, len(bad), "row", tuple(bad[:SHOWN_BAD_ROWS]))
         logger.warning(report.describe())
         if skipped is not None:
             skipped.append(report)
