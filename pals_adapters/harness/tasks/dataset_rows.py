@@ -14,8 +14,8 @@ from typing import Any
 
 import datasets
 
-from ...errors import DataError
-from .dataset_source import DISK_KEY, describe, local_folder, open_dataset, select_split
+from ...errors import ConfigError, DataError
+from .dataset_source import describe, local_folder, open_dataset, select_split
 from .readers import text_value
 from .row_checks import SHOWN_BAD_ROWS, LabelParser, SkippedRows, features_for, is_test_split
 from .row_checks import row_id as read_id
@@ -159,18 +159,20 @@ def dataset_record(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, An
     where ``datasets`` gives one), and each split's expression, fingerprint and digest. None for other tasks."""
     if spec.dataset is None:
         return None
-    source = {k: v for k, v in spec.dataset.items() if k not in ("path", DISK_KEY) or not spec.dataset.get("local")}
+    source = dict(spec.dataset)  # a local folder as the task file names it, relative to the task file
     folder = local_folder(spec)
     if folder is not None:
-        key = DISK_KEY if DISK_KEY in spec.dataset else "path"
-        source[key] = spec.dataset[key]  # as the task file gave it
         try:
             source["folder_from_export"] = Path(os.path.relpath(folder, os.path.abspath(seen_from))).as_posix()
         except ValueError:  # another drive (Windows)
             source["folder_from_export"] = None
-        source["folder_sha256"] = _folder_digest(folder)
-    loaded = open_dataset(spec.dataset, spec.data_dir)
+        source["folder_sha256"] = _folder_digest(folder) if folder.is_dir() else None
     splits, revision = {}, None
+    try:
+        loaded = open_dataset(spec.dataset, spec.data_dir)
+    except ConfigError as exc:  # the data is gone (an export of an old run): the model still exports
+        logger.warning(f"{exc}; the export records where the data came from, not its splits' fingerprints")
+        return {"source": source, "resolved_revision": None, "splits": {}}
     for split, expression in spec.splits.items():
         data = select_split(loaded, expression, _where(spec))
         revision = revision or resolved_revision(data)
