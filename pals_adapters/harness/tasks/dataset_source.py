@@ -159,7 +159,10 @@ def _open(source: dict, base: Path) -> datasets.DatasetDict:
     except (FileNotFoundError, ValueError) as exc:
         raise ConfigError(f"{where}: {_first_line(exc)}{_configurations(kwargs)}") from None
     except Exception as exc:  # an unreachable Hub, a file datasets cannot read
-        raise ConfigError(f"{where}: cannot load it ({type(exc).__name__}: {_first_line(exc)})") from None
+        hint = (
+            "" if source.get("local") else f"; as a Hub id (there is no folder {source['path']} beside the task file)"
+        )
+        raise ConfigError(f"{where}: cannot load it{hint} ({type(exc).__name__}: {_first_line(exc)})") from None
     if not isinstance(loaded, datasets.DatasetDict):  # a builder without splits gives one Dataset
         raise ConfigError(f"{where}: datasets gave one Dataset without splits; name the split files in data_files")
     return loaded

@@ -42,7 +42,10 @@ def dataset_task_parts(
     where = f"task {name!r}"
     source = normalise_source(dataset, base, where)
     where = f"task {name!r}: {describe(source)}"
-    loaded = open_dataset(source, base)
+    try:
+        loaded = open_dataset(source, base)
+    except ConfigError as exc:
+        raise ConfigError(f"task {name!r}: {exc}") from None
     splits = _task_splits(splits, loaded, where)
     chosen = {role: select_split(loaded, expression, where) for role, expression in splits.items()}
     for role, data in chosen.items():
