@@ -22,6 +22,7 @@ import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..methods.model import BUNDLED_MODEL
+from ..tasks.dataset_source import hub_id
 from ..tasks.spec import TaskSpec, spec_from_json
 from .card_code import base_source, harness_code, library_code
 from .files import ADAPTER_CONFIG, CARD
@@ -80,6 +81,10 @@ def dataset_of(spec: TaskSpec) -> tuple[str, str | None, str]:
     if spec.hub is not None:
         dataset, config = spec.hub
         return dataset, config, f"GLUE {config.upper()}" if dataset.endswith("/glue") else f"{dataset} {config}"
+    dataset = hub_id(spec.dataset)
+    if dataset is not None:  # a task of a Hub dataset of one's own
+        config = spec.dataset.get("name")
+        return dataset, config, f"{dataset} {config}" if config else dataset
     return spec.name, None, spec.name
 
 

@@ -88,6 +88,13 @@ def local_folder(spec) -> Path | None:
     return _absolute(Path(spec.data_dir or "."), source.get(DISK_KEY) or source["path"])
 
 
+def hub_id(source: dict | None) -> str | None:
+    """The Hub id of a task's dataset (None for a local folder, a save_to_disk folder, a builder of files)."""
+    if not source or source.get("local") or DISK_KEY in source or source["path"] in _packaged_builders():
+        return None
+    return source["path"]
+
+
 def describe(source: dict) -> str:
     """The dataset in words for messages: ``tweet_eval (configuration sentiment)``, ``folder data/reviews``."""
     if DISK_KEY in source:

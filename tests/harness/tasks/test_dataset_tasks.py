@@ -13,6 +13,7 @@ from datasets.exceptions import DatasetNotFoundError
 
 from pals_adapters.errors import ConfigError, DataError
 from pals_adapters.harness.cli import main
+from pals_adapters.harness.export.card import dataset_of
 from pals_adapters.harness.export.manifest import read_task_manifest
 from pals_adapters.harness.tasks import dataset_source
 from pals_adapters.harness.tasks.dataset_rows import dataset_record, pinned
@@ -143,6 +144,7 @@ def test_a_hub_id_goes_through_load_dataset_and_is_pinned_to_its_commit(monkeypa
     assert record["splits"]["train"]["split"] == "train[2:]" and record["splits"]["train"]["rows"] == 4
     assert load_split(pinned(spec, record), "test")["idx"] == [0, 1]  # evaluate / predict load that commit
     assert calls[-1] == source | {"revision": commit}
+    assert dataset_of(spec)[:2] == ("someone/reviews", "sentiment")  # what the model card names
 
 
 @pytest.mark.parametrize(
