@@ -13,6 +13,7 @@ from datasets.exceptions import DatasetNotFoundError
 
 from pals_adapters.errors import ConfigError, DataError
 from pals_adapters.harness.cli import main
+from pals_adapters.harness.compare.grid import plan_runs, read_grid
 from pals_adapters.harness.export.card import dataset_of
 from pals_adapters.harness.export.manifest import read_task_manifest
 from pals_adapters.harness.tasks import dataset_source
@@ -250,6 +251,17 @@ def test_a_dataset_task_added_to_an_export_and_found_after_a_move(data, trained,
         (data / "data" / "nli_away").rename(data / "data" / "nli_disk")
     captured = capsys.readouterr()
     assert f"using {moved}" in captured.err and "more: more_accuracy=" in captured.out
+
+
+def test_a_compare_grid_plans_dataset_tasks(data, tiny_model_dir):
+    (data / "grid.yaml").write_text(
+        f"task_file: tasks.yaml\nmodel: {tiny_model_dir}\nmax_steps: 2\nseeds: [1]\nreference: PALs\n"
+        "rows:\n  - {name: PALs, method: pals}\n  - {name: one model per task, method: separate}\n"
+    )
+    planned = plan_runs(read_grid(data / "grid.yaml"), data / "comparison")
+    assert [sorted(run.specs) for run in planned][:2] == [["files", "nli", "reviews", "scores"], ["reviews"]]
+    assert planned[0].specs["nli"].dataset == {"from_disk": "data/nli_disk", "local": True}
+    assert not (data / "comparison").exists()  # planning writes nothing
 
 
 def nothing_written(folder: Path, action) -> None:
