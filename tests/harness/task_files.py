@@ -1,0 +1,24 @@
+"""What the tests of task files share: the GLUE folder, and files written byte for byte."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _find_glue() -> Path | None:
+    candidate = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / ".." / "shared" / "glue")
+    return candidate if (candidate / "CoLA").is_dir() else None
+
+
+GLUE_DIR = _find_glue()
+needs_glue = pytest.mark.skipif(GLUE_DIR is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    """Write exactly these bytes (no newline translation)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return path
