@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig
 
-from ..errors import ConfigError, UnknownNameError
+from ..errors import ConfigError, PalsError, UnknownNameError
+from ..pretrained import pretrained_config
 from .data.sampling import STRATEGIES
 from .methods.backend import get_backend
 from .methods.method import Method, check_base_mode
@@ -177,7 +177,9 @@ def check_data_location(config, specs: dict[str, TaskSpec]) -> None:
 
 def check_model_limits(config, method: Method) -> None:
     try:
-        model_config = AutoConfig.from_pretrained(resolve_model(config.model))
+        model_config = pretrained_config(resolve_model(config.model))
+    except PalsError:
+        raise
     except (OSError, ValueError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
-from ...errors import AdapterLoadError, ConfigError, IntegrityError
+from ...errors import AdapterLoadError, ConfigError, IntegrityError, PalsError
+from ...pretrained import NO_REMOTE_CODE, pretrained_model, pretrained_tokenizer
 from ..methods.model import MultiTaskModel, pretrained_pooler, resolve_model
 from ..methods.registry import get_method
 from ..methods.weights import load_module, read_tensors
@@ -74,7 +75,9 @@ def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) ->
     if not allow_pickle:
         kwargs["use_safetensors"] = True
     try:
-        return AutoModel.from_pretrained(source, **kwargs)
+        return pretrained_model(source, **kwargs)
+    except PalsError:
+        raise
     except (OSError, ValueError) as err:
         raise AdapterLoadError(f"cannot load the base model {source!r}: {err}") from err
 
@@ -85,7 +88,7 @@ def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -
         backbone = backbone_of(base)
         state = {k: v.detach().clone() for k, v in base_state_dict(backbone).items()}
         model = plain_class(backbone).from_pretrained(
-            None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state)
+            None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state), **NO_REMOTE_CODE
         )
         model.config._name_or_path = backbone.config._name_or_path  # not "None" (PEFT would look that up)
         return model, f"the {type(base).__name__} passed as base"
@@ -270,7 +273,9 @@ def load_tokenizer(exports, base: str | None = None):
         if "tokenizer_config.json" in checked.files:  # exported with its tokenizer (every run is)
             source = exported
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source))
+        tokenizer = pretrained_tokenizer(str(source))
+    except PalsError:
+        raise
     except (OSError, ValueError) as err:
         raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}") from err
     check_tokenizer(tokenizer, folders, source)

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import PreTrainedModel
 
 from ...errors import ConfigError
+from ...pretrained import pretrained_model
 from ..tasks.spec import TaskSpec
 from .backend import get_backend
 from .method import Method, check_base_mode
@@ -281,5 +282,5 @@ def build_model(
     """Loads the pretrained encoder (hub name, local folder or the bundled model's name) and adds the
     method's task parameters; the heads read its pretrained pooler, or a first-token pooler of each task's
     own where it has none (see `POOLINGS`)."""
-    encoder = AutoModel.from_pretrained(resolve_model(model_name_or_path), **model_kwargs)
+    encoder = pretrained_model(resolve_model(model_name_or_path), **model_kwargs)
     return MultiTaskModel(encoder, tasks, method, base)

@@ -7,9 +7,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import safetensors.torch
-from transformers import AutoTokenizer
 
 from ...errors import AdapterLoadError, ConfigError
+from ...pretrained import pretrained_tokenizer
 from ..checks import resolve_tasks
 from ..export import export_run, fingerprint_model
 from ..export.added_tasks import export_added_tasks
@@ -102,7 +102,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
 def _export(config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out) -> dict[str, str]:
     if shared is not None:
         return _export_added(config, specs, shared, model)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    tokenizer = pretrained_tokenizer(resolve_model(config.model))
     exported = export_run(
         model,
         Path(out or Path(run_dir) / "export"),
