@@ -139,6 +139,11 @@ def take_from_export(config) -> tuple[SharedBase | None, Method | None]:
     shared base and, when the config names a method, that method (parsed here, once)."""
     if config.replace and config.add_to is None:
         raise ConfigError("replace: only with add_to (it replaces tasks of an export); leave it out otherwise")
+    if config.overwrite and config.resume is not None:
+        raise ConfigError(
+            f"overwrite with resume={config.resume!r}: resume continues the run in output_dir, overwrite replaces "
+            "it; give one of them"
+        )
     if config.add_to is None:
         return None, None
     shared = shared_base_of(config.add_to)

@@ -13,6 +13,7 @@ from transformers import PreTrainedModel
 
 from ...errors import AdapterLoadError, ConfigError, IntegrityError, PalsError
 from ...pretrained import NO_REMOTE_CODE, pretrained_model, pretrained_tokenizer
+from ..methods.backend import get_backend
 from ..methods.model import MultiTaskModel, pretrained_pooler, resolve_model
 from ..methods.registry import get_method
 from ..methods.weights import load_module, read_tensors
@@ -31,6 +32,7 @@ from .fingerprint import (
     tokenizer_differences,
 )
 from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
+from .manifest_fields import check_task_size
 from .write import HEAD_FILE, SHARED_MODULES_FILE
 
 PathLike = str | os.PathLike
@@ -68,6 +70,13 @@ def _method_from_manifest(manifest: TaskManifest, where: Path):
     return method
 
 
+# A base recorded by name (a relative folder is looked up from the current directory, else on the Hub).
+_WHERE_IS_THE_BASE = (
+    "\nIf the base is a folder that is not found from here, give its place: --base-model PATH (pals-bench "
+    "evaluate / predict) or base=PATH (load_task)"
+)
+
+
 def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) -> PreTrainedModel:
     kwargs = {"dtype": getattr(torch, manifest.base_dtype)}
     if manifest.attn_implementation in ("eager", "sdpa"):
@@ -79,7 +88,7 @@ def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) ->
     except PalsError:
         raise
     except (OSError, ValueError) as err:
-        raise AdapterLoadError(f"cannot load the base model {source!r}: {err}") from err
+        raise AdapterLoadError(f"cannot load the base model {source!r}: {err}{_WHERE_IS_THE_BASE}") from err
 
 
 def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -> tuple[PreTrainedModel, str]:
@@ -221,6 +230,11 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
             raise AdapterLoadError(f"task {spec.name!r} is given twice ({folder})")
         specs[spec.name] = spec
 
+    weight_files = get_backend(method.kind).weight_files
+    if weight_files is not None:  # sizes checked before anything is built
+        for folder, manifest, _, task_method in checked:
+            weights = _weights_file(folder, manifest, weight_files, method.kind)
+            check_task_size(folder, manifest, task_method, weights)
     encoder, source = _load_base(first_folder, first, base, allow_pickle)
     pooling = first.pooling or "pooler"  # exports before first-token pooling read the pretrained pooler
     if pooling == "pooler" and pretrained_pooler(encoder) is None:
@@ -277,7 +291,7 @@ def load_tokenizer(exports, base: str | None = None):
     except PalsError:
         raise
     except (OSError, ValueError) as err:
-        raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}") from err
+        raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}{_WHERE_IS_THE_BASE}") from err
     check_tokenizer(tokenizer, folders, source)
     return tokenizer
 

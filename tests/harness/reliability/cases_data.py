@@ -1,10 +1,16 @@
 """Bad-input rows of data files: GLUE and user files, their rows, labels and texts; task files.
 Each row: (action taking the tmp folder, the error, fragments its message must hold)."""
 
+import csv
+
 from reliability_cases import ROWS, TINY, user_task_export, user_tasks
+from transformers import AutoModel, AutoTokenizer
 
 from pals_adapters.errors import ConfigError, DataError
 from pals_adapters.harness.cli import main
+from pals_adapters.harness.export import export_run
+from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.tasks.glue import GLUE_TASKS
 from pals_adapters.harness.tasks.splits import load_split
 from pals_adapters.harness.tasks.user_tasks import custom_task, load_task_specs
@@ -86,6 +92,41 @@ def user_labels(name, content):
         return spec.labels, load_split(spec, "train", source="local")["label"]
 
     return load
+
+
+def skipped_blank_texts(tmp):
+    """With skip_bad_rows, rows whose text is empty or blank are left out and counted (and their lines named)."""
+    (tmp / "t.csv").write_text('text,label\nx,a\n,b\n"   ",a\ny,b\n')
+    spec = custom_task("mine", train=str(tmp / "t.csv"), labels=["a", "b"], skip_bad_rows=True)
+    skipped = []
+    data = load_split(spec, "train", source="local", skipped=skipped)
+    return len(data), [(report.count, [line for line, _ in report.first]) for report in skipped]
+
+
+BIG = ("100000000000000001", "100000000000000002")  # one apart: a float makes them one number
+
+
+def eighteen_digit_labels_listed(tmp):
+    """The two 18-digit labels listed in the task file as YAML numbers: two classes, written exactly."""
+    (tmp / "t.csv").write_text(f"text,label\nx,{BIG[0]}\ny,{BIG[1]}\n")
+    (tmp / "tasks.yaml").write_text(f"name: ids\ntrain: t.csv\ntext_columns: [text]\nlabels: [{BIG[0]}, {BIG[1]}]\n")
+    spec = load_task_specs(tmp / "tasks.yaml")[0]
+    return spec.labels, load_split(spec, "train", source="local")["label"]
+
+
+def predictions_of_eighteen_digit_labels(tmp):
+    """``predict`` of an (untrained) export of that task writes labels that are in the file, exactly."""
+    eighteen_digit_labels_listed(tmp)
+    (tmp / "test.csv").write_text("text\n" + "".join(f"text {i}\n" for i in range(6)))
+    (tmp / "tasks.yaml").write_text((tmp / "tasks.yaml").read_text() + "test: test.csv\n")
+    spec = load_task_specs(tmp / "tasks.yaml")[0]
+    model = MultiTaskModel(AutoModel.from_pretrained(TINY["model"]), {"ids": spec}, get_method("pals"), "frozen")
+    tokenizer = AutoTokenizer.from_pretrained(TINY["model"])
+    export_run(model, tmp / "export", base_model_name=str(TINY["model"]), tokenizer=tokenizer, max_length=32)
+    main(["predict", str(tmp / "export"), "--out", str(tmp / "pred")])
+    (written,) = (tmp / "pred").glob("*.tsv")
+    predictions = {row["prediction"] for row in csv.DictReader(written.open(), delimiter="\t")}
+    return predictions <= set(BIG) and bool(predictions)
 
 
 DATA = {
@@ -228,5 +269,21 @@ DATA = {
         train_with_task_file("labels: [neg, pos]\nid_column: code\n"),
         SystemExit,
         ["train.csv: missing column 'code'", "columns found: id, text, label"],
+    ),
+    # a text lost from its row is a mistake in the file, named with its line
+    "train-empty-text": (
+        train_with_task_file("labels: [neg, pos]\n", ROWS + "\n,pos"),
+        SystemExit,
+        ["train.csv, line 18", "text in column 'text' is empty", "skip_bad_rows: true"],
+    ),
+    "train-blank-text": (
+        train_with_task_file("labels: [neg, pos]\n", ROWS + '\n"   ",pos'),
+        SystemExit,
+        ["train.csv, line 18", "text in column 'text' is blank"],
+    ),
+    "task-file-labels-yes-no-read-as-booleans": (
+        lambda tmp: load_task_specs(user_tasks(tmp, names=["mine"], labels="[yes, no]")),
+        ConfigError,
+        ["labels: [True, False] are booleans", "YAML reads unquoted yes/no", "quote the labels"],
     ),
 }

@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 
 import adapters
+import torch
 from helpers import batch, tiny_bert_config
-from reliability_cases import TINY, cli_train, evaluate_with, predict_export, user_tasks, wrapped_bert
-from transformers import BertModel, GPT2Config, GPT2Model
+from reliability_cases import TINY, cli_train, evaluate_with, predict_export, user_run, user_tasks, wrapped_bert
+from transformers import BertModel, DistilBertConfig, DistilBertModel, GPT2Config, GPT2Model
 
 from pals_adapters.errors import ConfigError, UnknownNameError, UnsupportedModelError
 from pals_adapters.harness.cli import main
@@ -18,6 +19,7 @@ from pals_adapters.harness.methods.method import check_base_mode
 from pals_adapters.harness.methods.model import MultiTaskModel
 from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.tasks.glue import GLUE_TASKS, get_task
+from pals_adapters.harness.training import runner
 from pals_adapters.pals.config import PALsConfig
 
 
@@ -90,6 +92,43 @@ def schedule_with(*argv):
         return main(["schedule", "--task-file", str(user_tasks(tmp)), "--steps", "10", *argv])
 
     return action
+
+
+def deepspeed_config(**settings):
+    """A run of the tiny model with a DeepSpeed config holding ``settings`` (dotted keys): refused with the
+    other option checks, before the run's folder (and its run_config.json) exists."""
+
+    def action(tmp):
+        config = {"zero_optimization": {"stage": 2}}
+        for key, value in settings.items():
+            *parents, last = key.split("__")
+            node = config
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        (tmp / "ds.json").write_text(json.dumps(config))
+        try:
+            return runner.run(user_run(tmp, deepspeed=str(tmp / "ds.json")))
+        finally:
+            assert not (tmp / "run").exists(), "the run's folder was written before the refusal"
+
+    return action
+
+
+def distilbert_fed_token_type_ids(tmp):
+    """A DistilBERT base whose (BERT) tokenizer returns token_type_ids: its forward takes none, so it gets none."""
+    config = DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64)
+    model = MultiTaskModel(DistilBertModel(config), {"rte": GLUE_TASKS["rte"]}, get_method("pals"), "frozen")
+    ids, mask = batch()
+    return tuple(model("rte", ids, mask, token_type_ids=torch.zeros_like(ids))["logits"].shape)
+
+
+def deepspeed_auto_values(tmp):
+    """ "auto" takes the run's value: no contradiction whatever the run's batch size and precision."""
+    from pals_adapters.harness.training.deepspeed_setup import check_against_run
+
+    settings = {"bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"}
+    return check_against_run(settings, user_run(tmp, batch_size=7), "ds.json")
 
 
 OPTIONS = {
@@ -244,5 +283,26 @@ OPTIONS = {
         schedule_with("--max-train-exampels", "5"),
         SystemExit,
         ["usage: pals-bench schedule", "unrecognized arguments: --max-train-exampels 5"],
+    ),
+    # DeepSpeed settings that contradict the run's, refused before anything is written
+    "deepspeed-bf16-in-an-fp32-run": (
+        deepspeed_config(bf16__enabled=True),
+        ConfigError,
+        ["ds.json contradicts the run", "bf16.enabled=true (the run: false, from --precision fp32)", '"auto"'],
+    ),
+    "deepspeed-fp16-in-an-fp32-run": (
+        deepspeed_config(fp16__enabled=True),
+        ConfigError,
+        ["fp16.enabled=true (the run: false, from --precision fp32)"],
+    ),
+    "deepspeed-micro-batch-other-than-the-runs": (
+        deepspeed_config(train_micro_batch_size_per_gpu=7),
+        ConfigError,
+        ["train_micro_batch_size_per_gpu=7", "--batch-size 4 examples of one task", "one item"],
+    ),
+    "deepspeed-gradient-accumulation": (
+        deepspeed_config(gradient_accumulation_steps=2, train_batch_size="auto"),
+        ConfigError,
+        ["gradient_accumulation_steps=2", "does not accumulate gradients"],
     ),
 }

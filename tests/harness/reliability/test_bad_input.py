@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 import reliability_cases as cases
-from cases_data import DATA, user_labels
+from cases_data import (
+    BIG,
+    DATA,
+    eighteen_digit_labels_listed,
+    predictions_of_eighteen_digit_labels,
+    skipped_blank_texts,
+    user_labels,
+)
 from cases_exports import EXPORTS
-from cases_options import OPTIONS
-from cases_run_folders import RUN_FOLDERS
+from cases_options import OPTIONS, deepspeed_auto_values, distilbert_fed_token_type_ids
+from cases_run_folders import RUN_FOLDERS, export_elsewhere_of_a_run_on_a_relative_model, overwrite_a_finished_run
 from cases_serving import SERVING
 
 import pals_adapters
@@ -109,6 +116,26 @@ RIGHT_RESULT = {
         {"accuracy": 0.5, "score": 0.5},
     ),
     "resume-may-change-logging": (allowed_resume_change, "checkpoint-4"),
+    "overwrite-replaces-a-finished-run": (
+        overwrite_a_finished_run,
+        (["run_config.json", "run_tasks.json"], 7),  # results and checkpoint gone, the new run's record
+    ),
+    "export-elsewhere-of-a-run-on-a-relative-model": (
+        export_elsewhere_of_a_run_on_a_relative_model,
+        {"base_model_name": "tiny"},  # found again through the run's record; the export keeps the name given
+    ),
+    "skip_bad_rows-counts-empty-and-blank-texts": (skipped_blank_texts, (2, [(2, [3, 4])])),
+    "eighteen-digit-labels-are-two-classes": (
+        user_labels("t.csv", f"text,label\nx,{BIG[0]}\ny,{BIG[1]}\nz,{BIG[0]}\n"),
+        (BIG, [0, 1, 0]),
+    ),
+    "eighteen-digit-labels-listed-as-yaml-numbers": (eighteen_digit_labels_listed, (BIG, [0, 1])),
+    "eighteen-digit-labels-predicted-exactly": (predictions_of_eighteen_digit_labels, True),
+    "deepspeed-auto-values-agree-with-any-run": (
+        deepspeed_auto_values,
+        None,
+    ),
+    "distilbert-base-given-token-type-ids": (distilbert_fed_token_type_ids, (4, 2)),
 }
 
 
