@@ -6,9 +6,10 @@ from typing import Union
 import adapters
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, PretrainedConfig
+from transformers import AutoModel, PretrainedConfig
 
 from .errors import ConfigError
+from .pretrained import pretrained_config
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def count_parameters(
     `pals_adapters.harness.count_method_parameters`.
     """
     if isinstance(model_config, str):
-        model_config = AutoConfig.from_pretrained(model_config)
+        model_config = pretrained_config(model_config)
     if n_tasks < 1:
         raise ConfigError(f"n_tasks={n_tasks}: must be >= 1")
     base_model = _meta_model(model_config)

@@ -5,9 +5,10 @@ from typing import Union
 
 import adapters
 import torch
-from transformers import AutoConfig, AutoModel, PretrainedConfig
+from transformers import AutoModel, PretrainedConfig
 
 from ..errors import ConfigError
+from ..pretrained import pretrained_config
 from .attach import ca_mtl_modules
 
 
@@ -48,7 +49,7 @@ def count_ca_mtl_parameters(
 ) -> CAMTLParameterCount:
     """Shared, per-task and trained parameters of CA-MTL on ``model_config`` (what ``train_adapter`` trains)."""
     if isinstance(model_config, str):
-        model_config = AutoConfig.from_pretrained(model_config)
+        model_config = pretrained_config(model_config)
     if n_tasks < 1:
         raise ConfigError(f"n_tasks={n_tasks}: must be >= 1")
     with torch.device("meta"):

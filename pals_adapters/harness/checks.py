@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig
 
-from ..errors import ConfigError, UnknownNameError
+from ..errors import ConfigError, PalsError, UnknownNameError
+from ..pretrained import pretrained_config
 from .data.sampling import STRATEGIES
 from .methods.backend import get_backend
 from .methods.method import Method, check_base_mode
@@ -139,6 +139,11 @@ def take_from_export(config) -> tuple[SharedBase | None, Method | None]:
     shared base and, when the config names a method, that method (parsed here, once)."""
     if config.replace and config.add_to is None:
         raise ConfigError("replace: only with add_to (it replaces tasks of an export); leave it out otherwise")
+    if config.overwrite and config.resume is not None:
+        raise ConfigError(
+            f"overwrite with resume={config.resume!r}: resume continues the run in output_dir, overwrite replaces "
+            "it; give one of them"
+        )
     if config.add_to is None:
         return None, None
     shared = shared_base_of(config.add_to)
@@ -177,7 +182,9 @@ def check_data_location(config, specs: dict[str, TaskSpec]) -> None:
 
 def check_model_limits(config, method: Method) -> None:
     try:
-        model_config = AutoConfig.from_pretrained(resolve_model(config.model))
+        model_config = pretrained_config(resolve_model(config.model))
+    except PalsError:
+        raise
     except (OSError, ValueError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(

@@ -136,6 +136,11 @@ class RunConfig:
     resume: str | None = _setting(
         None, "'last' (the newest checkpoint of output_dir that loads) or a checkpoint folder"
     )
+    overwrite: bool = _setting(
+        False,
+        "replace the run in output_dir, finished or not: its results, checkpoints and record are removed before "
+        "this run starts (its export is replaced at the end); without it such a folder is refused",
+    )
     precision: str = _setting(
         "fp32",
         "fp32; bf16 (autocast, on a GPU or a CPU); fp16 (GPU); auto: bf16 where the hardware computes bfloat16 "

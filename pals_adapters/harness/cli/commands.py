@@ -30,6 +30,7 @@ from ..serving.predictor import (
 )
 from ..serving.request_files import (
     answer_format,
+    check_output_place,
     check_unique_ids,
     read_requests,
     request_id,
@@ -168,6 +169,8 @@ def cmd_evaluate(args) -> None:
     out = Path(args.out) if args.out else None
     if out is not None and out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file name for the JSON report (e.g. {out / 'eval.json'})")
+    if out is not None:
+        check_output_place(out)
     scores, report = {}, {"tasks": {}}
     for task_dir in task_folders(args.export):
         details = {}
@@ -213,6 +216,7 @@ def cmd_predict(args) -> None:
     kind, fmt, out = args.split or "test", args.format or "tsv", Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder for the prediction files (one per task and split)")
+    check_output_place(out)
     planned, skipped = [], []
     for task_dir in task_folders(args.export):
         manifest = read_task_manifest(task_dir)
@@ -262,6 +266,7 @@ def _predict_requests(args) -> None:
         out = out / f"predictions.{fmt}"
     else:
         fmt = answer_format(out, args.format)
+    check_output_place(out)
     for task_dir in task_folders(args.export):
         _check_length_option(args, read_task_manifest(task_dir))
     requests = read_requests(args.input)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,7 +41,20 @@ def hash_files(folder: Path) -> dict[str, str]:
     return files
 
 
+def refuse_links(folder: Path) -> None:
+    """An export holds its own files: a symbolic link in it (which can point anywhere, outside the folder
+    or at another export's files) is refused, never followed."""
+    linked = sorted(p.name for p in folder.iterdir() if p.is_symlink())
+    if linked:  # a link can point anywhere (outside the folder, at another export's files): never followed
+        target = os.readlink(folder / linked[0])
+        raise IntegrityError(
+            f"{folder / linked[0]} is a symbolic link (to {target}); an export holds its own files, never links: "
+            "copy the file in its place (cp -L) if you trust where it points"
+        )
+
+
 def refuse_pickle(folder: Path, files: Mapping[str, str], allow_pickle: bool) -> None:
+    refuse_links(folder)  # first of the checks: nothing is read through a link
     if allow_pickle:
         return
     present = {p.name for p in folder.iterdir() if p.is_file()}
@@ -53,6 +67,7 @@ def refuse_pickle(folder: Path, files: Mapping[str, str], allow_pickle: bool) ->
 
 
 def verify_files(folder: Path, files: Mapping[str, str]) -> None:
+    refuse_links(folder)
     for name, expected in sorted(files.items()):
         path = folder / name
         if not path.is_file():

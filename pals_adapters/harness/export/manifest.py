@@ -14,12 +14,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from ...errors import IntegrityError
 from ..methods.method import BASE_MODES, current_name
 from ..methods.model import POOLINGS
 from ..methods.weights import json_default
+from .manifest_fields import check_dtype, check_format_version, check_task_fields
 
 # 2: the base's config and tokenizer are part of its identity; evaluation settings.
 # 3: the tokenizer recorded by what decides the token ids, a task's pooling and its data files. A
@@ -132,9 +131,7 @@ def _check_common(path: Path, data: dict, contents: str) -> None:
     def bad(name, problem):
         raise IntegrityError(f"{path}: field {name!r} {problem}")
 
-    version = data.get("format_version")
-    if not isinstance(version, int):
-        bad("format_version", "is missing")
+    version = check_format_version(path, data)
     if version > FORMAT_VERSION:
         bad("format_version", f"is {version}; this pals_adapters reads up to {FORMAT_VERSION} (upgrade it)")
     if version < OLDEST_TASK_FORMAT and contents == "task":
@@ -168,6 +165,7 @@ def read_base_manifest(folder: Path) -> BaseManifest:
     for name in ("fingerprint", "dtype"):
         if not isinstance(data.get(name), str) or not data[name]:
             raise IntegrityError(f"{path}: field {name!r} must be a non-empty str")
+    check_dtype(path, "dtype", data["dtype"])
     return BaseManifest(**_known_fields(BaseManifest, data))
 
 
@@ -208,8 +206,7 @@ def read_task_manifest(folder: Path) -> TaskManifest:
     method = data["method"]
     if not isinstance(method.get("name"), str) or not isinstance(method.get("overrides", {}), dict):
         bad("method", "must hold 'name' and 'overrides'")
-    if not isinstance(getattr(torch, data["base_dtype"], None), torch.dtype):
-        bad("base_dtype", f"{data['base_dtype']!r} is not a torch dtype")
+    check_task_fields(path, data)
     # an export written before a method was renamed (top_pals) reads as the method's current name
     record = MethodRecord(current_name(method["name"]), method.get("kind", ""), dict(method.get("overrides") or {}))
     evaluation = data.get("evaluation")

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
-from ...errors import AdapterLoadError, ConfigError, IntegrityError
+from ...errors import AdapterLoadError, ConfigError, IntegrityError, PalsError
+from ...pretrained import NO_REMOTE_CODE, pretrained_model, pretrained_tokenizer
+from ..methods.backend import get_backend
 from ..methods.model import MultiTaskModel, pretrained_pooler, resolve_model
 from ..methods.registry import get_method
 from ..methods.weights import load_module, read_tensors
@@ -30,6 +32,7 @@ from .fingerprint import (
     tokenizer_differences,
 )
 from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
+from .manifest_fields import check_task_size
 from .write import HEAD_FILE, SHARED_MODULES_FILE
 
 PathLike = str | os.PathLike
@@ -67,6 +70,13 @@ def _method_from_manifest(manifest: TaskManifest, where: Path):
     return method
 
 
+# A base recorded by name (a relative folder is looked up from the current directory, else on the Hub).
+_WHERE_IS_THE_BASE = (
+    "\nIf the base is a folder that is not found from here, give its place: --base-model PATH (pals-bench "
+    "evaluate / predict) or base=PATH (load_task)"
+)
+
+
 def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) -> PreTrainedModel:
     kwargs = {"dtype": getattr(torch, manifest.base_dtype)}
     if manifest.attn_implementation in ("eager", "sdpa"):
@@ -74,9 +84,11 @@ def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) ->
     if not allow_pickle:
         kwargs["use_safetensors"] = True
     try:
-        return AutoModel.from_pretrained(source, **kwargs)
+        return pretrained_model(source, **kwargs)
+    except PalsError:
+        raise
     except (OSError, ValueError) as err:
-        raise AdapterLoadError(f"cannot load the base model {source!r}: {err}") from err
+        raise AdapterLoadError(f"cannot load the base model {source!r}: {err}{_WHERE_IS_THE_BASE}") from err
 
 
 def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -> tuple[PreTrainedModel, str]:
@@ -85,7 +97,7 @@ def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -
         backbone = backbone_of(base)
         state = {k: v.detach().clone() for k, v in base_state_dict(backbone).items()}
         model = plain_class(backbone).from_pretrained(
-            None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state)
+            None, config=clean_config(backbone), state_dict=state, dtype=dtype_of(state), **NO_REMOTE_CODE
         )
         model.config._name_or_path = backbone.config._name_or_path  # not "None" (PEFT would look that up)
         return model, f"the {type(base).__name__} passed as base"
@@ -218,6 +230,11 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
             raise AdapterLoadError(f"task {spec.name!r} is given twice ({folder})")
         specs[spec.name] = spec
 
+    weight_files = get_backend(method.kind).weight_files
+    if weight_files is not None:  # sizes checked before anything is built
+        for folder, manifest, _, task_method in checked:
+            weights = _weights_file(folder, manifest, weight_files, method.kind)
+            check_task_size(folder, manifest, task_method, weights)
     encoder, source = _load_base(first_folder, first, base, allow_pickle)
     pooling = first.pooling or "pooler"  # exports before first-token pooling read the pretrained pooler
     if pooling == "pooler" and pretrained_pooler(encoder) is None:
@@ -270,9 +287,11 @@ def load_tokenizer(exports, base: str | None = None):
         if "tokenizer_config.json" in checked.files:  # exported with its tokenizer (every run is)
             source = exported
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source))
+        tokenizer = pretrained_tokenizer(str(source))
+    except PalsError:
+        raise
     except (OSError, ValueError) as err:
-        raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}") from err
+        raise AdapterLoadError(f"cannot load the tokenizer of {source}: {err}{_WHERE_IS_THE_BASE}") from err
     check_tokenizer(tokenizer, folders, source)
     return tokenizer
 

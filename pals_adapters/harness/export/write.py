@@ -23,6 +23,7 @@ from pathlib import Path
 from ... import __version__
 from ...ca_mtl.shared_modules import SHARED_MODULES_FILE  # in <out_dir>/base: CA-MTL's shared modules
 from ...errors import ConfigError
+from ...pretrained import NO_REMOTE_CODE
 from ..methods.model import MultiTaskModel
 from ..methods.weights import json_default, save_tensors
 from ..tasks.dataset_rows import dataset_record
@@ -91,7 +92,7 @@ class _Base:
 def _write_base(model: MultiTaskModel, folder: Path, tokenizer, base: _Base, base_model_name: str | None) -> None:
     backbone = backbone_of(model)
     plain = plain_class(backbone).from_pretrained(
-        None, config=clean_config(backbone), state_dict=base.state, dtype=dtype_of(base.state)
+        None, config=clean_config(backbone), state_dict=base.state, dtype=dtype_of(base.state), **NO_REMOTE_CODE
     )
     folder.mkdir()
     plain.save_pretrained(str(folder), safe_serialization=True)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from transformers import AutoConfig, AutoModel, PretrainedConfig
+from transformers import AutoModel, PretrainedConfig
 
 from ...accounting import ParameterCount, count_parameters
 from ...errors import ConfigError, UnknownNameError
+from ...pretrained import pretrained_config
 from ..tasks.spec import TaskSpec
 from .model import MultiTaskModel, pretrained_pooler, resolve_model
 from .registry import METHODS, OLD_NAMES, get_method
@@ -47,7 +48,7 @@ def count_method_parameters(
     ``"attention_on_top"`` ...) too: the task parameters are those the method's backend declares."""
     name = method.split("[")[0].strip() if isinstance(method, str) else None
     if isinstance(model_config, str):
-        model_config = AutoConfig.from_pretrained(resolve_model(model_config))
+        model_config = pretrained_config(resolve_model(model_config))
     if name in ("full", "shared") or (name not in METHODS and name not in OLD_NAMES):
         try:
             count = _count_adapter_config(method, model_config, n_tasks, num_labels)

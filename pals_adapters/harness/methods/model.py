@@ -10,14 +10,16 @@ method's backend (see `pals_adapters.harness.methods`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import PreTrainedModel
 
 from ...errors import ConfigError
+from ...pretrained import pretrained_model
 from ..tasks.spec import TaskSpec
 from .backend import get_backend
 from .method import Method, check_base_mode
@@ -78,6 +80,8 @@ class MultiTaskModel(nn.Module):
                 f"pooling='pooler': {type(encoder).__name__} has no pretrained pooler; use pooling='first_token'"
             )
         self.pooling = pooling
+        # inspected once: some encoders (DistilBERT) take no token_type_ids though their tokenizer returns them
+        self.takes_token_types = "token_type_ids" in inspect.signature(encoder.forward).parameters
         self.tasks = dict(tasks)
         self.method = method
         self.base_mode = base
@@ -203,7 +207,7 @@ class MultiTaskModel(nn.Module):
             raise ConfigError(f"name the task: model(task=..., ...); this model's tasks are {list(self.tasks)}")
         with self.activated(task):
             sequence = self.encoder(
-                input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)
+                input_ids=input_ids, **self._encoder_kwargs(attention_mask, token_type_ids)
             ).last_hidden_state
         sequence = self.backend.after_encoder(self, task, sequence, attention_mask)
         logits = self.heads[task](self.dropout(self.pool(task, sequence)))
@@ -211,6 +215,13 @@ class MultiTaskModel(nn.Module):
         if labels is not None:
             out["loss"] = self.loss(task, logits, labels)
         return out
+
+    def _encoder_kwargs(self, attention_mask, token_type_ids) -> dict:
+        """The inputs the encoder's forward accepts."""
+        kwargs = {"attention_mask": attention_mask}
+        if token_type_ids is not None and self.takes_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        return kwargs
 
     def forward_mixed(
         self,
@@ -229,7 +240,7 @@ class MultiTaskModel(nn.Module):
         if task_ids.numel() and not 0 <= int(task_ids.min()) <= int(task_ids.max()) < len(names):
             raise ConfigError(f"task_ids must be indices into the model's tasks 0..{len(names) - 1}")
         sequence = self.backend.encode_mixed(
-            self, task_ids, input_ids=input_ids, **_encoder_kwargs(attention_mask, token_type_ids)
+            self, task_ids, input_ids=input_ids, **self._encoder_kwargs(attention_mask, token_type_ids)
         )
         shared = self.dropout(_pretrained_pool(self.backbone, sequence)) if self.pooling == "pooler" else None
         logits, losses = {}, []
@@ -245,13 +256,6 @@ class MultiTaskModel(nn.Module):
         if losses:
             out["loss"] = torch.stack(losses).mean()
         return out
-
-
-def _encoder_kwargs(attention_mask, token_type_ids) -> dict:
-    kwargs = {"attention_mask": attention_mask}
-    if token_type_ids is not None:
-        kwargs["token_type_ids"] = token_type_ids
-    return kwargs
 
 
 def task_loss(spec: TaskSpec, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -281,5 +285,5 @@ def build_model(
     """Loads the pretrained encoder (hub name, local folder or the bundled model's name) and adds the
     method's task parameters; the heads read its pretrained pooler, or a first-token pooler of each task's
     own where it has none (see `POOLINGS`)."""
-    encoder = AutoModel.from_pretrained(resolve_model(model_name_or_path), **model_kwargs)
+    encoder = pretrained_model(resolve_model(model_name_or_path), **model_kwargs)
     return MultiTaskModel(encoder, tasks, method, base)

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from ...errors import AdapterLoadError, ConfigError
+from ...pretrained import pretrained_tokenizer
 from ..export.files import BASE_DIR, verify_files
 from ..export.manifest import manifest_contents, read_base_manifest
 from ..export.read import check_tokenizer, checked_task_folder, task_folders
@@ -141,7 +140,7 @@ def export_tokenizer(shared: SharedBase):
     """The tokenizer of the export's base, checked against the record of every task of the export."""
     source = resolve_model(shared.source)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source))
+        tokenizer = pretrained_tokenizer(str(source))
     except (OSError, ValueError) as err:
         raise ConfigError(f"add_to={shared.export_dir}: cannot load the tokenizer of {source} ({err})") from None
     try:

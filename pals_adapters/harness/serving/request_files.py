@@ -164,3 +164,16 @@ def write_answers(
             row.append(dict(zip(tasks[answer.task].labels, probabilities)) if probabilities else None)
         rows.append(row)
     write_table(path, fmt, columns, rows)
+
+
+def check_output_place(path: Path, option: str = "--out") -> None:
+    """Before any scoring: the folders above ``path`` are folders (or can be made), so the result can be
+    written once it is computed."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(
+                    f"{option} {path}: {parent} is a file, not a folder, so nothing can be written under it; "
+                    "give a path in a folder"
+                )
+            return

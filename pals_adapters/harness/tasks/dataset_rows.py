@@ -16,7 +16,7 @@ import datasets
 
 from ...errors import ConfigError, DataError
 from .dataset_source import describe, local_folder, open_dataset, select_split
-from .readers import text_value
+from .readers import check_texts_given, text_value
 from .row_checks import SHOWN_BAD_ROWS, LabelParser, SkippedRows, features_for, is_test_split
 from .row_checks import row_id as read_id
 from .spec import TaskSpec
@@ -55,6 +55,7 @@ def load_dataset_split(spec: TaskSpec, split: str, skipped: list[SkippedRows] | 
     for row in range(len(raw)):
         try:
             pair = [text_value(t[row], c) for t, c in zip(texts, spec.text_columns)]
+            check_texts_given(pair, spec.text_columns)  # as for files: a row without its text is a mistake
             label = label_of(values[row]) if labelled else None
             row_id = read_id(ids[row], spec.id_column) if ids is not None else None
         except ValueError as exc:

@@ -9,6 +9,7 @@ not UTF-8, a field over the size limit) are errors either way."""
 from __future__ import annotations
 
 import csv
+import decimal
 import json
 import math
 import os
@@ -230,25 +231,27 @@ def read_column(
 
 
 def label_text(value: Any) -> str:
-    """A classification label as the text that names its class. Numbers are written one way, so
-    ``1``, ``1.0`` and ``"1.0"`` are all the label ``"1"``; ``""`` for a missing value (None).
-    ValueError for a value that names no class (NaN, inf, a list, an object)."""
+    """A classification label as the text that names its class. Numbers are written one way, exactly (never
+    through a float: 18-digit ids stay distinct), so ``1``, ``1.0``, ``"01"`` and ``"1.0"`` are all the label
+    ``"1"``; ``""`` for a missing value (None). ValueError for a value that names no class (NaN, inf, a list,
+    an object)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return str(value)
-    number = value
     if isinstance(value, str):
         if not _NUMBER.fullmatch(value.strip()):
             return value.strip()  # a class name
-        number = float(value)
-    if not isinstance(number, (int, float)):
+        number = decimal.Decimal(value.strip())
+    elif isinstance(value, (int, float)):
+        number = decimal.Decimal(value) if isinstance(value, int) else decimal.Decimal(repr(value))
+    else:
         raise ValueError(f"a label must be a string or a number, found {type(value).__name__} {value!r}")
-    if isinstance(number, float) and not math.isfinite(number):
+    if not number.is_finite():
         raise ValueError(f"label {value!r} names no class (a missing value?); give every row its label")
-    if isinstance(number, float) and number.is_integer():
-        number = int(number)
-    return str(number)
+    if number == number.to_integral_value():
+        return str(int(number))
+    return format(number.normalize(), "f")
 
 
 # Plain decimal numbers and the spellings of NaN / infinity (not Python's "1_000").
@@ -266,3 +269,14 @@ def text_value(value: Any, column: str) -> str:
     raise ValueError(
         f"text in column {column!r} must be a string, found {type(value).__name__} {value!r}; quote it in the file"
     )
+
+
+def check_texts_given(texts: list[str], columns) -> None:
+    """ValueError for an empty or blank text (a row that lost its text, e.g. ``,1``)."""
+    for text, column in zip(texts, columns):
+        if not text.strip():
+            kind = "empty" if not text else "blank (only white space)"
+            raise ValueError(
+                f"text in column {column!r} is {kind}; every row needs its text (or set skip_bad_rows: true "
+                "to leave such rows out, counted)"
+            )

@@ -251,6 +251,12 @@ def _canonical_labels(spec: TaskSpec, where: str) -> None:
         value = getattr(spec, name)
         if value is None or isinstance(value, str) or not isinstance(value, (list, tuple)):
             continue  # _str_tuple reports what is wrong with it
+        booleans = [v for v in value if isinstance(v, bool)]
+        if booleans:
+            raise ConfigError(
+                f"{where}.{name}: {booleans!r} are booleans: YAML reads unquoted yes/no, true/false and on/off as "
+                f"booleans, not as the words; quote the labels, e.g. {name}: ['yes', 'no']"
+            )
         try:
             labels = tuple(label_text(v) for v in value)
         except ValueError as exc:

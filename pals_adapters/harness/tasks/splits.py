@@ -30,7 +30,7 @@ import datasets
 from ...errors import ConfigError, DataError, UnknownNameError
 from .dataset_rows import load_dataset_split
 from .glue import get_task
-from .readers import BadRow, MissingKey, getter, iter_records, text_value
+from .readers import BadRow, MissingKey, check_texts_given, getter, iter_records, text_value
 from .row_checks import SHOWN_BAD_ROWS, SkippedRows, features_for, is_test_split
 from .row_checks import LabelParser as _LabelParser
 from .row_checks import row_id as _row_id
@@ -59,6 +59,8 @@ def _load_local(spec: TaskSpec, split: str, path: Path, skipped: list[SkippedRow
             if isinstance(row, BadRow):
                 raise ValueError(row.problem)
             texts = [text_value(get(row), column) for get, column in zip(getters, spec.text_columns)]
+            if spec.glue_folder is None:  # a user's file: an empty text is a mistake in it (GLUE's are as published)
+                check_texts_given(texts, spec.text_columns)
             label = parse(get_label(row)) if get_label is not None else None
             row_id = _row_id(get_id(row), spec.id_column) if get_id is not None else None
         except (ValueError, MissingKey) as exc:

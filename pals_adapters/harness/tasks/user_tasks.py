@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 import os
 from dataclasses import replace
@@ -230,7 +231,7 @@ def _infer_labels(name: str, train: Path | None, text_columns: Any, label_column
             f"task {name!r}: train file {train} has fewer than 2 distinct labels {values}; set labels explicitly"
         )
     numbers = [_as_number(v) for v in values]
-    if len(values) > 20 and None not in numbers and not all(n.is_integer() for n in numbers):
+    if len(values) > 20 and None not in numbers and not all(n == n.to_integral_value() for n in numbers):
         examples = ", ".join(values[:3])
         raise ConfigError(
             f"task {name!r}: train file {train} has {len(values)} distinct numeric labels ({examples}, ...); "
@@ -241,11 +242,13 @@ def _infer_labels(name: str, train: Path | None, text_columns: Any, label_column
     return tuple(values)
 
 
-def _as_number(label: str) -> float | None:
+def _as_number(label: str) -> decimal.Decimal | None:
+    """A numeric label as its exact number (sorting 18-digit ids through a float would tie them)."""
     try:
-        return float(label)
-    except ValueError:
+        number = decimal.Decimal(label)
+    except decimal.InvalidOperation:
         return None
+    return number if number.is_finite() else None
 
 
 def load_task_specs(path: str | os.PathLike) -> list[TaskSpec]:

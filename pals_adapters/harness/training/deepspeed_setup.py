@@ -62,6 +62,39 @@ def read_deepspeed_config(path: str) -> dict:
     return settings
 
 
+def _run_values(config) -> dict[str, tuple[object, str]]:
+    """What the run gives transformers for each DeepSpeed setting it checks against its own arguments:
+    {dotted key: (the value, the options that decide it)}."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    batches = f"one batch of --batch-size {config.batch_size} examples of one task per rank and step"
+    return {
+        "train_micro_batch_size_per_gpu": (1, f"{batches}, handed to DeepSpeed as one item"),
+        "gradient_accumulation_steps": (1, "the run does not accumulate gradients (one task per step)"),
+        "train_batch_size": (world_size, f"{batches}, on {world_size} rank(s)"),
+        "gradient_clipping": (1.0, "the run clips gradients at norm 1.0"),
+        "fp16.enabled": (config.precision == "fp16", f"--precision {config.precision}"),
+        "bf16.enabled": (config.precision == "bf16", f"--precision {config.precision}"),
+        "amp.enabled": (False, "the run uses torch autocast, not apex"),
+    }
+
+
+def check_against_run(settings: dict, config, path: str) -> None:
+    """Refuses DeepSpeed settings that contradict the run's (transformers would stop on them after the model
+    and data loaded, on every rank); "auto" takes the run's value."""
+    contradictions = []
+    for key, (value, decided_by) in _run_values(config).items():
+        node = settings
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and node != "auto" and node != value:
+            contradictions.append(f"{key}={json.dumps(node)} (the run: {json.dumps(value)}, from {decided_by})")
+    if contradictions:
+        raise ConfigError(
+            f'deepspeed: {path} contradicts the run: {"; ".join(contradictions)}. Set these to "auto" or leave '
+            "them out (the run's options decide them)"
+        )
+
+
 def deepspeed_settings(config) -> dict | None:
     """What `TrainingArguments(deepspeed=...)` gets: the checked config, or None without deepspeed."""
     return read_deepspeed_config(config.deepspeed) if config.deepspeed else None
@@ -74,7 +107,7 @@ def check_deepspeed_launch(config) -> None:
         return
     if config.fsdp:
         raise ConfigError("deepspeed and fsdp are two sharding engines for one run: drop --fsdp or --deepspeed")
-    read_deepspeed_config(config.deepspeed)
+    check_against_run(read_deepspeed_config(config.deepspeed), config, config.deepspeed)
     if config.batching == "mixed":
         # as under FSDP: ranks whose batches hold different tasks reduce different gradients (seen under
         # ZeRO-2: a gloo collective of mismatched sizes)

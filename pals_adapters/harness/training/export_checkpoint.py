@@ -7,9 +7,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import safetensors.torch
-from transformers import AutoTokenizer
 
 from ...errors import AdapterLoadError, ConfigError
+from ...pretrained import pretrained_tokenizer
 from ..checks import resolve_tasks
 from ..export import export_run, fingerprint_model
 from ..export.added_tasks import export_added_tasks
@@ -25,13 +25,15 @@ from .checkpoints import (
     is_sharded,
     last_complete_checkpoint,
 )
+from .run_folder import MODEL_FOLDER
 from .runner import evaluation_record
 from .sharding import load_sharded_checkpoint
 
 
-def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict]:
-    """The run's settings and its tasks as they were resolved when it started (labels in their order then,
-    whatever the task file says now)."""
+def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict, str]:
+    """The run's settings, its tasks as they were resolved when it started (labels in their order then,
+    whatever the task file says now), and where its model is from this directory (exports keep its name as
+    given)."""
     config_path = run_dir / RUN_CONFIG
     if not config_path.is_file():
         raise ConfigError(f"{config_path}: missing; point to the output_dir of a `pals-bench train` run")
@@ -42,6 +44,10 @@ def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict]:
         config = RunConfig(**{k: current_name(v) if k == "method" else v for k, v in data.items() if k in known})
     except (OSError, ValueError, TypeError) as err:
         raise ConfigError(f"{config_path}: not a record of run settings ({err})") from err
+    source = config.model
+    folder = data.get(MODEL_FOLDER)
+    if isinstance(folder, str) and not Path(source).exists() and Path(folder).is_dir():
+        source = folder  # a model given as a relative folder, and this is another directory: the record finds it
     tasks_path = run_dir / RUN_TASKS
     if tasks_path.is_file():  # runs since the record held the tasks
         try:
@@ -50,7 +56,7 @@ def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict]:
             raise ConfigError(f"{tasks_path}: not a record of the run's tasks ({err})") from err
     else:
         specs = resolve_tasks(config)
-    return config, specs
+    return config, specs, resolve_model(source)
 
 
 def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | None = None) -> dict[str, str]:
@@ -61,7 +67,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
     added to), as it did, the export's other tasks and base unchanged; the export's base must still be the
     one the run trained against. Any other run's export keeps the tasks added to it later when they can
     stay beside the checkpoint's base; otherwise nothing is written."""
-    config, specs = _recorded_run(Path(run_dir))
+    config, specs, model_source = _recorded_run(Path(run_dir))
     method = get_method(config.method)  # parsed once
     shared = None
     if config.add_to is not None:
@@ -73,15 +79,19 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
                 f"export (leave out --out), next to the tasks whose base they need; {err}"
             ) from None
         check_new_tasks(shared, (), method)
+    if shared is None and out is not None:
+        _check_out_folder(Path(run_dir), Path(out))
+    if checkpoint is not None:
+        _check_own_checkpoint(Path(run_dir), Path(checkpoint))
     checkpoint = checkpoint or last_complete_checkpoint(run_dir)
-    source = shared.source if shared is not None else config.model
+    source = shared.source if shared is not None else model_source
     if is_sharded(checkpoint):  # an FSDP run's checkpoint: its shards are assembled in this one process
         problem = checkpoint_problem(checkpoint)
         if problem:
             raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
         model = build_model(source, specs, method, config.base)
         load_sharded_checkpoint(model, Path(checkpoint))
-        return _export(config, specs, shared, model, run_dir, out)
+        return _export(config, specs, shared, model, run_dir, out, model_source)
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
         raise ConfigError(f"{weights}: missing; give a checkpoint-N folder of the run")
@@ -96,13 +106,39 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             f"{weights} does not match the run's model: missing {sorted(missing)[:4]}, "
             f"unexpected {sorted(unexpected)[:4]}"
         )
-    return _export(config, specs, shared, model, run_dir, out)
+    return _export(config, specs, shared, model, run_dir, out, model_source)
 
 
-def _export(config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out) -> dict[str, str]:
+def _check_own_checkpoint(run_dir: Path, checkpoint: Path) -> None:
+    """The checkpoint must be one of the run's: another run's weights under this run's manifest and card (its
+    settings, max length, seed) would describe a model they are not."""
+    if checkpoint.resolve().parent != run_dir.resolve():
+        raise ConfigError(
+            f"--checkpoint {checkpoint} is not a checkpoint of the run {run_dir} (it is in {checkpoint.parent}); "
+            f"export it from its own run: pals-bench export {checkpoint.parent} --checkpoint {checkpoint}"
+        )
+
+
+def _check_out_folder(run_dir: Path, out: Path) -> None:
+    """``--out`` names a new or empty folder, or the run's own export: an export there replaces what it holds,
+    and the tasks of another export (another run's, or one exported before) are not this run's to replace."""
+    if out.resolve() == (run_dir / "export").resolve() or not out.is_dir():
+        return
+    held = sorted(p.name for p in out.iterdir() if (p / "manifest.json").is_file())
+    if held:
+        raise ConfigError(
+            f"--out {out} holds an export already ({', '.join(held[:6])}); exporting {run_dir} there would replace "
+            "it. Give a new folder (or move that export away); the run's own export folder is "
+            f"{run_dir / 'export'}. Nothing written"
+        )
+
+
+def _export(
+    config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out, model_source: str
+) -> dict[str, str]:
     if shared is not None:
         return _export_added(config, specs, shared, model)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    tokenizer = pretrained_tokenizer(model_source)
     exported = export_run(
         model,
         Path(out or Path(run_dir) / "export"),

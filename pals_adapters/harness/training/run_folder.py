@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -34,7 +35,10 @@ LOCK_FILE = ".pals-bench.lock"
 # run (the thread count can change the last bits of float sums, no more).
 MAY_CHANGE_ON_RESUME = ("logging_steps", "report_to", "export", "threads")
 # Where the run is, not what it is.
-NOT_COMPARED = ("resume", "output_dir")
+NOT_COMPARED = ("resume", "output_dir", "overwrite")
+RESULTS = "results.json"  # written last: a folder with it holds a finished run
+# What a run leaves in its folder besides checkpoints and export: removed by overwrite.
+RUN_FILES = (RESULTS, "training.png", RUN_CONFIG, RUN_TASKS)
 
 
 @contextlib.contextmanager
@@ -120,13 +124,32 @@ def _read_record(folder: Path) -> tuple[dict, dict | None]:
     return settings, tasks
 
 
+MODEL_FOLDER = "model_folder"  # in run_config.json: where the model given as a relative folder is
+
+
 def write_record(folder: Path, config: RunConfig, specs: dict[str, TaskSpec]) -> None:
-    """``run_config.json`` and ``run_tasks.json``: what the run's checkpoints are (for resume and export)."""
+    """``run_config.json`` and ``run_tasks.json``: what the run's checkpoints are (for resume and export). A model
+    given as a local folder is also recorded as the absolute path that finds it again from any directory (in
+    this local record only: exports keep the name as given)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, data in ((RUN_CONFIG, asdict(config)), (RUN_TASKS, {n: spec_to_json(s) for n, s in specs.items()})):
+    settings = asdict(config)
+    if config.model and Path(config.model).is_dir():
+        settings[MODEL_FOLDER] = str(Path(config.model).resolve())
+    for name, data in ((RUN_CONFIG, settings), (RUN_TASKS, {n: spec_to_json(s) for n, s in specs.items()})):
         tmp = folder / f".{name}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
         os.replace(tmp, folder / name)  # a crash never leaves half a record
+
+
+def _remove_run(out: Path, checkpoints: list[Path]) -> None:
+    """overwrite: the replaced run's results, record and checkpoints go before the new run writes its own
+    (its export stays until the new one is swapped in whole at the end)."""
+    if checkpoints or any((out / name).exists() for name in RUN_FILES):
+        logger.warning("overwrite: replacing the run in %s (its results, record and checkpoints)", out)
+    for checkpoint in checkpoints:
+        shutil.rmtree(checkpoint)
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
 
 
 def prepare_run_folder(config: RunConfig, specs: dict[str, TaskSpec], *, writer: bool = True) -> str | None:
@@ -141,7 +164,17 @@ def prepare_run_folder(config: RunConfig, specs: dict[str, TaskSpec], *, writer:
         check_replaceable(out / "export")  # refused now, not after the training
     if config.resume is None:
         existing = list_checkpoints(out)
-        if existing:
+        if config.overwrite:
+            if writer:
+                _remove_run(out, existing)
+        elif (out / RESULTS).is_file():
+            raise ConfigError(
+                f"output_dir {out} holds a finished run ({RESULTS}, {RUN_CONFIG}"
+                + (", export" if (out / "export").is_dir() else "")
+                + "); a new run there would replace it. Choose a new output_dir, continue it with --resume last "
+                "(if it has checkpoints), or pass --overwrite to replace it"
+            )
+        elif existing:
             names = ", ".join(p.name for p in existing[:3]) + (" ..." if len(existing) > 3 else "")
             raise ConfigError(
                 f"output_dir {out} already holds checkpoints of a run ({names}); continue it with resume='last' "

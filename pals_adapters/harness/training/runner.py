@@ -16,9 +16,10 @@ from pathlib import Path
 import datasets
 import safetensors.torch
 import torch
-from transformers import AutoTokenizer, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
 from ...errors import ConfigError
+from ...pretrained import pretrained_tokenizer
 from ..checks import resolve_task_names, resolve_tasks  # noqa: F401  (public here too)
 from ..data.batches import MultiTaskBatches, tokenize, unwrap_single_item
 from ..data.sampling import make_sampler
@@ -244,7 +245,7 @@ def _device_name(device: torch.device) -> str:
 def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
     config, specs, shared, base_source = plan.settings, plan.task_specs, plan.shared, plan.base_source
     set_seed(config.seed)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_source))
+    tokenizer = pretrained_tokenizer(resolve_model(base_source))
     skipped: list[SkippedRows] = []  # malformed rows that tasks with skip_bad_rows left out (logged, recorded)
     train, dev = load_train_sets(config, specs, tokenizer, skipped), load_dev_sets(config, specs, tokenizer, skipped)
     label_stats = regression_label_stats(train, specs) if config.standardise_targets else None
