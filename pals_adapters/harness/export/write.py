@@ -15,6 +15,7 @@ crash leaves the previous export or the new one, never a mix of the two.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from ..tasks.file_record import data_record
 from ..tasks.spec import check_task_name, spec_to_json
 from .card import write_card
 from .files import BASE_DIR, hash_files
+from .library_heads import add_peft_head, named_base, peft_head_fits, save_adapters_head
 from .fingerprint import (
     backbone_of,
     base_config,
@@ -55,6 +57,7 @@ from .manifest import (
     read_task_manifest,
     write_manifest,
 )
+from .shareable import data_source_name, shared_base_name
 from .staging import staged_export
 
 PathLike = str | os.PathLike
@@ -122,6 +125,19 @@ def _base_is_current(folder: Path, base: _Base) -> bool:
     return existing.fingerprint == base.fingerprint and same_tokenizer
 
 
+def _write_task_weights(model: MultiTaskModel, task: str, folder: Path, base_model_name: str | None) -> None:
+    """The task's weights in its library's layout, head included where the library has one (and the
+    harness's own head file, which every export has), naming the base without a local path."""
+    name = shared_base_name(base_model_name)
+    with named_base(model.backbone.config, name):  # adapters writes it as the adapter's model_name
+        model.backend.save_task(model, task, folder, name)
+    save_tensors(folder / HEAD_FILE, model.task_head(task).state_dict(), task, "head")
+    if model.method.kind in ("adapters", "ca_mtl"):
+        save_adapters_head(model, task, folder, name)
+    elif model.method.kind == "peft" and peft_head_fits(model):
+        add_peft_head(model, task, folder)
+
+
 def _write_task(
     model: MultiTaskModel,
     task: str,
@@ -138,8 +154,9 @@ def _write_task(
     # trains against the export's fine-tuned base with that base frozen; it still needs that base)
     base_mode = base_mode or model.base_mode
     folder.mkdir()
-    model.backend.save_task(model, task, folder, base_model_name)
-    save_tensors(folder / HEAD_FILE, model.task_head(task).state_dict(), task, "head")
+    _write_task_weights(model, task, folder, base_model_name)
+    if evaluation is not None:  # the data folder by its name: a manifest is shared, local paths are not
+        evaluation = dataclasses.replace(evaluation, glue_dir=data_source_name(evaluation.glue_dir))
     manifest = TaskManifest(
         task=task,
         task_spec=spec_to_json(model.tasks[task]),

@@ -22,7 +22,28 @@ from .weights import read_tensors, saved_config_differences, tag_with_task
 ADAPTER_CONFIG = "adapter_config.json"
 DEFAULTS = {"r": 8, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": ["query", "value"]}
 # PEFT config fields that legitimately differ between the live adapter and its saved copy.
-IGNORED_FIELDS = {"inference_mode", "base_model_name_or_path", "revision", "peft_version", "auto_mapping"}
+# modules_to_save and task_type: the task's head saved beside the LoRA for PEFT's own loading (the export's
+# `library_heads`); the harness loads its own copy of that head.
+IGNORED_FIELDS = {
+    "inference_mode",
+    "base_model_name_or_path",
+    "revision",
+    "peft_version",
+    "auto_mapping",
+    "modules_to_save",
+    "task_type",
+}
+
+
+def _encoder_state(state: dict, encoder_prefix: str) -> dict:
+    """A task's LoRA weights as the bare encoder names them: an export saved for PEFT's sequence-classification
+    loading (see the export's `library_heads`) adds its head and puts the encoder under ``encoder_prefix``."""
+    head, nested = "base_model.model.classifier.", f"base_model.model.{encoder_prefix}."
+    return {
+        ("base_model.model." + k[len(nested) :] if k.startswith(nested) else k): v
+        for k, v in state.items()
+        if not k.startswith(head)
+    }
 
 
 def lora_config(overrides: dict):
@@ -112,7 +133,7 @@ class PeftLoraBackend(MethodBackend):
         diffs = saved_config_differences(saved, live, IGNORED_FIELDS)
         if diffs:
             raise AdapterLoadError(f"{path} does not match method {model.method.spec!r}: {'; '.join(diffs)}")
-        state = read_tensors(weights)
+        state = _encoder_state(read_tensors(weights), model.backbone.base_model_prefix)
         try:
             result = set_peft_model_state_dict(model.encoder, state, adapter_name=task)
         except RuntimeError as err:  # torch: size mismatch

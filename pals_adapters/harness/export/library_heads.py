@@ -1,0 +1,114 @@
+"""A task's prediction head in the layout its method's library loads with the adapter: for an `adapters`
+method, the library's own classification head (``head_config.json`` + ``model_head.safetensors``, written by
+``save_head``), so that ``AutoAdapterModel.from_pretrained(base).load_adapter(folder)`` gives the trained
+task with its labels; for PEFT's LoRA, the head as PEFT saves a sequence-classification model's
+``classifier`` (a ``modules_to_save`` entry of ``adapter_config.json``).
+
+The head computes what the harness's head computes: with the base's pretrained pooler, ``use_pooler=True``
+and one linear layer; with the task's own first-token pooler, two layers with tanh between them (the
+first is that pooler's dense layer). A regression head's output is already in the label's units (the
+target's mean sits in its bias and its scale only divides the loss), so it is copied as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..methods.model import MultiTaskModel
+from ..tasks.spec import TaskSpec
+
+HEAD_CONFIG = "head_config.json"  # adapters' names (adapters.utils), fixed by its loader
+HEAD_WEIGHTS = "model_head.safetensors"
+PEFT_WEIGHTS = "adapter_model.safetensors"
+PEFT_HEAD = "classifier"  # the head of transformers' BERT-like *ForSequenceClassification
+# model types whose *ForSequenceClassification reads the pretrained pooler, then dropout and `classifier`:
+# the harness's head with pooling "pooler" (the others put layers of their own between encoder and head)
+POOLER_THEN_CLASSIFIER = ("bert", "albert", "xmod", "ernie", "megatron-bert", "roc_bert", "nezha")
+
+
+def id2label(spec: TaskSpec) -> dict[int, str]:
+    """The head's label names by output index: the task's labels, or the task's name for a regression score."""
+    return dict(enumerate(spec.labels)) if not spec.is_regression else {0: spec.name}
+
+
+def _harness_head_layers(model: MultiTaskModel, task: str) -> list[nn.Linear]:
+    """The linear layers of the task's head, in order (its own pooler's dense layer first, where it has one)."""
+    if model.pooling == "pooler":
+        return [model.heads[task]]
+    return [model.task_poolers[task].dense, model.heads[task]]
+
+
+@contextlib.contextmanager
+def named_base(config, name: str | None):
+    """The model config's ``name_or_path`` set to ``name`` for a save: adapters writes it as ``model_name``."""
+    before = config._name_or_path
+    config._name_or_path = name or ""
+    try:
+        yield
+    finally:
+        config._name_or_path = before
+
+
+def save_adapters_head(model: MultiTaskModel, task: str, folder: Path, model_name: str | None) -> None:
+    """Writes ``task``'s head with adapters' ``save_head``: a head of adapters' flexible-head model for the
+    base (built on the meta device, nothing allocated), holding the trained head's weights."""
+    from adapters import AutoAdapterModel
+
+    from .fingerprint import backbone_of, clean_config
+
+    spec = model.tasks[task]
+    layers = _harness_head_layers(model, task)
+    config = clean_config(backbone_of(model))
+    with torch.device("meta"):
+        library_model = AutoAdapterModel.from_config(config)
+        library_model.add_classification_head(
+            task,
+            num_labels=spec.num_labels,
+            layers=len(layers),
+            activation_function="tanh" if len(layers) > 1 else None,
+            use_pooler=model.pooling == "pooler",
+            id2label=id2label(spec),
+        )
+    head = library_model.heads[task]
+    linear = [name for name, module in head.named_children() if isinstance(module, nn.Linear)]
+    state = {
+        f"{name}.{part}": getattr(layer, part).detach().clone()
+        for name, layer in zip(linear, layers)
+        for part in ("weight", "bias")
+    }
+    head.load_state_dict(state, strict=True, assign=True)
+    with named_base(library_model.config, model_name):
+        library_model.save_head(str(folder), task, use_safetensors=True)
+
+
+def peft_head_fits(model: MultiTaskModel) -> bool:
+    """Whether transformers' sequence-classification model of the base computes the harness's head."""
+    return model.pooling == "pooler" and model.backbone.config.model_type in POOLER_THEN_CLASSIFIER
+
+
+def add_peft_head(model: MultiTaskModel, task: str, folder: Path) -> None:
+    """Makes the PEFT adapter in ``folder`` the one PEFT saves for a sequence-classification model of the
+    base: the LoRA weights under that model's names (the encoder under its ``base_model_prefix``), the head
+    as ``classifier`` among the config's ``modules_to_save`` (task type ``SEQ_CLS``), so that
+    ``PeftModel.from_pretrained(AutoModelForSequenceClassification...)`` loads the whole task. (PEFT cannot
+    save a classifier it did not wrap while training, and the harness trains the bare encoder.)"""
+    prefix = f"base_model.model.{model.backbone.base_model_prefix}."
+    head = model.heads[task]
+    path = folder / PEFT_WEIGHTS
+    with open(path, "rb") as handle:  # keep the file's metadata (its task tag)
+        metadata = json.loads(handle.read(int.from_bytes(handle.read(8), "little"))).get("__metadata__")
+    tensors = {prefix + k[len("base_model.model.") :]: v for k, v in load_file(str(path)).items()}
+    for part in ("weight", "bias"):
+        tensors[f"base_model.model.{PEFT_HEAD}.{part}"] = getattr(head, part).detach().clone().contiguous()
+    save_file(tensors, str(path), metadata=metadata)
+    config_path = folder / "adapter_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["modules_to_save"] = [PEFT_HEAD]
+    config["task_type"] = "SEQ_CLS"
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
