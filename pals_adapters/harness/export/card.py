@@ -11,6 +11,7 @@ never stops the task from loading.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import logging
 import shlex
@@ -21,12 +22,13 @@ from typing import Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..methods.model import BUNDLED_MODEL
 from ..tasks.dataset_source import hub_id
 from ..tasks.spec import TaskSpec, spec_from_json
 from .card_code import base_source, harness_code, library_code
 from .files import ADAPTER_CONFIG, CARD
+from .library_heads import HEAD_CONFIG, HEAD_WEIGHTS
 from .manifest import MANIFEST, TaskManifest
+from .shareable import hub_model_id, shared_base_name, shared_settings
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,9 @@ SKIPPED_SETTINGS = ("resume",)  # how a run was restarted, not what it trained
 FILE_ROLES = {
     ADAPTER_CONFIG: "the adapter's config, in its library's own format",
     "adapter.safetensors": "the adapter's weights (`adapters` format)",
-    "adapter_model.safetensors": "the LoRA weights (PEFT format)",
+    "adapter_model.safetensors": "the LoRA weights and, where PEFT loads it, the task's head (PEFT format)",
+    HEAD_CONFIG: "the task's prediction head and its labels, in `adapters`' own format",
+    HEAD_WEIGHTS: "the prediction head's weights (`adapters` format)",
     "top.safetensors": "the task's layer on top of the encoder (pals_adapters format)",
     "head.safetensors": "the task's prediction head (pals_adapters format)",
 }
@@ -69,11 +73,9 @@ def card_of(manifest: TaskManifest, run_config: Any = None) -> ModelCard:
 
 
 def hub_base_model(manifest: TaskManifest) -> str | None:
-    """The base's hub name, or None when it came from a folder (the hub only takes a model id there)."""
-    name = manifest.base_model_name
-    if not name or name == BUNDLED_MODEL or Path(name).is_dir():
-        return None
-    return name
+    """The base's hub model id (a bundled model's included), or None when it came from a local folder (the
+    hub only takes a model id there)."""
+    return hub_model_id(manifest.base_model_name)
 
 
 def dataset_of(spec: TaskSpec) -> tuple[str, str | None, str]:
@@ -98,7 +100,6 @@ def eval_results(manifest: TaskManifest, spec: TaskSpec) -> list[EvalResult]:
     """The run's dev metrics of the task as the hub's model-index records them (the task's own metrics)."""
     metrics = manifest.metrics or {}
     dataset, config, name = dataset_of(spec)
-    subset = manifest.evaluation.max_eval_examples if manifest.evaluation else None
     results = []
     for split in spec.dev_splits:
         for metric in spec.metrics:
@@ -110,14 +111,29 @@ def eval_results(manifest: TaskManifest, spec: TaskSpec) -> list[EvalResult]:
                         dataset_type=dataset,
                         dataset_name=name,
                         dataset_config=config,
-                        # a dev subset, in the datasets library's slice notation
-                        dataset_split=f"{split}[:{subset}]" if subset else split,
+                        dataset_split=scored_split(manifest, split),
                         metric_type=HUB_METRICS.get(metric, metric),
                         metric_value=float(metrics[key]),
                         metric_name=key,
                     )
                 )
     return results
+
+
+def examples_scored(manifest: TaskManifest, split: str) -> int | None:
+    """How many dev examples of ``split`` the run scored (None where the export does not know)."""
+    evaluation = manifest.evaluation
+    scored = (evaluation.examples_scored or {}) if evaluation else {}
+    return scored.get(manifest.task, {}).get(split)
+
+
+def scored_split(manifest: TaskManifest, split: str) -> str:
+    """The dev split the run scored, in the datasets library's slice notation where it scored a subset."""
+    limit = manifest.evaluation.max_eval_examples if manifest.evaluation else None
+    scored = examples_scored(manifest, split)
+    if limit and (scored is None or scored >= limit):  # cut at the limit (or not known to be the whole split)
+        return f"{split}[:{scored or limit}]"
+    return split
 
 
 def card_data(manifest: TaskManifest, spec: TaskSpec) -> ModelCardData:
@@ -141,9 +157,10 @@ def card_data(manifest: TaskManifest, spec: TaskSpec) -> ModelCardData:
     )
 
 
-def train_command(run_config: Any) -> str | None:
+def train_command(run_config: Any, shared: bool = False) -> str | None:
     """``pals-bench train`` with the run's settings that differ from their defaults (each CLI option is a
-    `RunConfig` field); None without a dataclass of settings (a mapping gives no defaults to leave out)."""
+    `RunConfig` field); None without a dataclass of settings (a mapping gives no defaults to leave out).
+    ``shared``: local folders by their name (`shareable.shared_settings`), as a card shows them."""
     if not dataclasses.is_dataclass(run_config):
         return None
     options = []
@@ -152,6 +169,8 @@ def train_command(run_config: Any) -> str | None:
         default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
         if value is None or value == default or field.name in SKIPPED_SETTINGS:
             continue
+        if shared:
+            value = shared_settings({field.name: value})[field.name]
         option = "--" + field.name.replace("_", "-")
         if isinstance(value, bool):
             options.append(option if value else f"--no-{option[2:]}")
@@ -170,7 +189,7 @@ def _settings(run_config: Any) -> dict | None:
         settings = dict(run_config)
     else:
         return None
-    return json.loads(json.dumps(settings, default=str))
+    return json.loads(json.dumps(shared_settings(settings), default=str))
 
 
 def _files(manifest: TaskManifest) -> list[str]:
@@ -188,9 +207,10 @@ def _loading(manifest: TaskManifest, spec: TaskSpec) -> list[str]:
     library = library_code(manifest, spec)
     if library is not None:
         name, code = library
+        what = "the LoRA and the head" if name == "peft" else "the adapter and its head"
         lines += [
-            f"With `{name}` alone: the encoder with this task's {'LoRA' if name == 'peft' else 'adapter'} "
-            "(the task's head is pals_adapters' own file; the next block gives its labels):",
+            f"With `{name}` (`pip install pals-adapters`: torch, transformers, adapters): the base, then this "
+            f"folder's task ({what}), giving the task's labels:",
             "",
             "```python",
             code,
@@ -199,13 +219,13 @@ def _loading(manifest: TaskManifest, spec: TaskSpec) -> list[str]:
         ]
     else:
         lines += [
-            f"Method `{manifest.method.name}` has no task weights that another library loads on its own: load "
-            "the task with pals_adapters.",
+            f"No library loads the task weights of method `{manifest.method.name}` on its own (they are "
+            "pals_adapters' own files): load the task with pals_adapters.",
             "",
         ]
     lines += [
-        "With pals_adapters (`pip install pals-adapters[harness]`): the whole task, its labels decoded, after "
-        "checking every file, the base and the tokenizer:",
+        "With pals_adapters' harness (`pip install pals-adapters[harness]`): the whole task, its labels "
+        "decoded, after checking every file, the base and the tokenizer:",
         "",
         "```python",
         harness_code(manifest, spec),
@@ -222,12 +242,13 @@ def _base(manifest: TaskManifest) -> list[str]:
         f"The task needs {words}: the base whose weights have the sha256 fingerprint",
         f"`{manifest.base_fingerprint}` ({manifest.base_dtype}; `pals_adapters.harness.export.fingerprint_model`).",
     ]
-    if manifest.base_path is not None and manifest.base_model_name:
-        lines.append(f"It was fine-tuned from `{manifest.base_model_name}` together with the run's tasks.")
-    if hub_base_model(manifest) is None and manifest.base_model_name:
+    origin = shared_base_name(manifest.base_model_name)
+    if manifest.base_path is not None and origin:
+        lines.append(f"It was fine-tuned from `{origin}` together with the run's tasks.")
+    if hub_base_model(manifest) is None and origin:
         lines += [
             "",
-            f"`{manifest.base_model_name}` is not a hub model id, so the front matter names no `base_model`; add "
+            f"`{origin}` is a local folder, not a hub model id, so the front matter names no `base_model`; add "
             "the hub id of that model there before publishing, if it has one.",
         ]
     return lines
@@ -245,9 +266,10 @@ def _training(manifest: TaskManifest, run_config: Any) -> list[str]:
         f"- written by {manifest.producer}" if manifest.producer else "",
     ]
     lines = ["## Training", "", *(fact for fact in facts if fact)]
-    command, settings = train_command(run_config), _settings(run_config)
+    command, settings = train_command(run_config, shared=True), _settings(run_config)
     if command:
-        lines += ["", "The run (its other settings at their defaults):", "", "```bash", command, "```"]
+        lines += ["", "The run (its other settings at their defaults; local folders by their name):", ""]
+        lines += ["```bash", command, "```"]
     if settings:
         lines += [
             "",
@@ -265,14 +287,21 @@ def _training(manifest: TaskManifest, run_config: Any) -> list[str]:
     return lines
 
 
-def _results(manifest: TaskManifest) -> list[str]:
+def _scope(manifest: TaskManifest, spec: TaskSpec) -> str:
+    """On what the dev metrics were measured, in words: the examples scored of each dev split."""
+    counts = {split: examples_scored(manifest, split) for split in spec.dev_splits}
+    if all(count is not None for count in counts.values()):
+        return ", ".join(f"{count:,} `{split}` examples" for split, count in counts.items())
+    limit = manifest.evaluation.max_eval_examples if manifest.evaluation else None
+    return f"at most the first {limit} examples of each dev split" if limit else "the whole dev set"
+
+
+def _results(manifest: TaskManifest, spec: TaskSpec) -> list[str]:
     lines = ["## Dev results", ""]
     if not manifest.metrics:
         return lines + ["None recorded with this export; `pals-bench evaluate .` scores the task here."]
-    subset = manifest.evaluation.max_eval_examples if manifest.evaluation else None
-    scope = f"the first {subset} dev examples" if subset else "the whole dev set"
-    lines += [f"As the run measured them at its end, on {scope} (`pals-bench evaluate .` repeats it):", ""]
-    lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in manifest.metrics.items()]
+    lines += [f"As the run measured them at its end, on {_scope(manifest, spec)} (`pals-bench evaluate .` repeats it):"]
+    lines += ["", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in manifest.metrics.items()]
     return lines
 
 
@@ -304,7 +333,9 @@ def _publishing(manifest: TaskManifest) -> list[str]:
 
 def body(manifest: TaskManifest, spec: TaskSpec, run_config: Any = None) -> str:
     _, _, dataset = dataset_of(spec)
-    kind = "regression" if spec.is_regression else f"classification into {', '.join(spec.labels)}"
+    # labels are the user's text: escaped, so that no HTML of theirs enters the card's body
+    labels = ", ".join(html.escape(label) for label in spec.labels)
+    kind = "regression" if spec.is_regression else f"classification into {labels}"
     sections = [
         [
             f"# {manifest.task}: `{manifest.method.name}`",
@@ -317,7 +348,7 @@ def body(manifest: TaskManifest, spec: TaskSpec, run_config: Any = None) -> str:
         _loading(manifest, spec),
         _base(manifest),
         _training(manifest, run_config),
-        _results(manifest),
+        _results(manifest, spec),
         _publishing(manifest),
     ]
     return "\n\n".join("\n".join(section) for section in sections) + "\n"

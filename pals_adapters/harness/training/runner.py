@@ -165,14 +165,16 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
     )
 
 
-def evaluation_record(config: RunConfig) -> EvaluationRecord:
-    """How the run scores its tasks at the end: `pals-bench evaluate` repeats it by default."""
+def evaluation_record(config: RunConfig, dev: dict | None = None) -> EvaluationRecord:
+    """How the run scores its tasks at the end: `pals-bench evaluate` repeats it by default. ``dev``: the
+    dev sets it scored (`load_dev_sets`), for the number of examples in each."""
     glue_dir = config.glue_dir or os.environ.get("GLUE_DIR")
     return EvaluationRecord(
         max_eval_examples=config.max_eval_examples,
         eval_batch_size=config.eval_batch_size,
         glue_dir=str(Path(glue_dir).resolve()) if glue_dir else None,
         data_source=config.data_source,
+        examples_scored={t: {s: len(d) for s, d in splits.items()} for t, splits in dev.items()} if dev else None,
     )
 
 
@@ -291,7 +293,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
                 metrics_by_task={t: task_metrics(results["metrics"], t, specs) for t in specs},
                 max_length=config.max_length,
                 tokenizer=tokenizer,
-                evaluation=evaluation_record(config),
+                evaluation=evaluation_record(config, dev),
                 replace=config.replace,
                 run_config=config,  # the task cards' training section
             )
@@ -305,7 +307,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
                 metrics_by_task=per_task,
                 tokenizer=tokenizer,
                 max_length=config.max_length,
-                evaluation=evaluation_record(config),
+                evaluation=evaluation_record(config, dev),
                 run_config=config,  # the task cards' training section
             )
             results["exports"] = {task: str(path) for task, path in exported.items()}
