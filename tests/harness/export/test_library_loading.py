@@ -111,17 +111,24 @@ def python_blocks(readme):
 
 
 # Runs blocks of code, each as written in its own fresh namespace from its task folder, with the modules named
-# in argv[2:] blocked (importing them fails as when they are not installed); writes what each one predicted.
+# in argv[2:] blocked (importing them fails as when they are not installed); writes what each one predicted
+# (a block expected to fail: the error it raised).
 RUNNER = """
 import contextlib, io, json, os, sys
 for name in sys.argv[2:]:
     sys.modules[name] = None
 jobs, results = json.load(open(sys.argv[1])), []
-for folder, code in jobs:
+for folder, code, fails in jobs:
     os.chdir(folder)
     printed, namespace = io.StringIO(), {"__name__": "__main__"}
-    with contextlib.redirect_stdout(printed):
-        exec(compile(code, os.path.join(folder, "README.md"), "exec"), namespace)
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, os.path.join(folder, "README.md"), "exec"), namespace)
+    except Exception as err:
+        if not fails:
+            raise
+        results.append({"error": repr(err)})
+        continue
     answer = namespace.get("answer")
     logits = answer.logits if answer is not None else namespace["logits"][0].tolist()
     model = namespace.get("model")
@@ -132,8 +139,9 @@ print(json.dumps(results))
 
 
 def _run_blocks(jobs, blocked, hub_cache, tmp_path, name):
-    """Runs ``jobs`` [(task folder, code)] in one fresh process (see RUNNER); what each block gave, in order."""
-    (tmp_path / f"{name}.json").write_text(json.dumps([[str(f), code] for f, code in jobs]))
+    """Runs ``jobs`` [(task folder, code, expected to fail)] in one fresh process (see RUNNER); what each block
+    gave, in order."""
+    (tmp_path / f"{name}.json").write_text(json.dumps([[str(f), code, fails] for f, code, fails in jobs]))
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -176,8 +184,17 @@ def test_every_card_block_runs_in_the_light_environment_and_predicts_what_the_ha
         "peft": HARNESS_ONLY,  # PEFT's own classes only: no harness
         "harness": [],
     }
+    # the card's `import pals_adapters` is what makes plain adapters read a PAL: without it the code fails
+    pals = library_exports[BERT, "pals", "frozen"][1] / "rte"
+    code = python_blocks(pals / "README.md")[0]
+    assert "import pals_adapters" in code
+    without = "\n".join(line for line in code.splitlines() if "pals_adapters" not in line)
     for group, jobs in groups.items():
-        results = _run_blocks([(folder, code) for *_, folder, code in jobs], blocked[group], cache, tmp_path, group)
+        failing = [(pals, without, True)] if group == "adapters" else []
+        runs = failing + [(folder, code, False) for *_, folder, code in jobs]  # first: before any imports it
+        results = _run_blocks(runs, blocked[group], cache, tmp_path, group)
+        if failing:
+            assert "KeyError('pals')" in results.pop(0)["error"]  # adapters knows no PAL
         for (base, method, base_mode, task, _, _), result in zip(jobs, results):
             model, _ = library_exports[base, method, base_mode]
             expected = _expected_logits(model, task, AutoTokenizer.from_pretrained(folders[base]))
@@ -212,7 +229,7 @@ def test_a_task_folder_holds_its_library_s_head_and_names_no_local_base(library_
 
 def test_the_harness_still_loads_every_export_and_an_export_without_library_heads(library_exports, hub, tmp_path):
     _, folders = hub
-    for (base, method, base_mode), (model, out) in library_exports.items():
+    for (base, _, base_mode), (model, out) in library_exports.items():
         loaded = load_task(out / "rte", base=None if base_mode == "finetune" else folders[base])
         tokenizer = AutoTokenizer.from_pretrained(folders[base])
         torch.testing.assert_close(
