@@ -130,7 +130,10 @@ def test_manifest_records_task_method_base_and_hashes(exported):
     assert manifest["base_fingerprint"] == fingerprint_model(model) and manifest["base_path"] == "../base"
     assert manifest["metrics"] == {"accuracy": 0.75}
     assert manifest["num_parameters"] == sum(p.numel() for _, p in model.task_parameters("rte"))
-    assert set(manifest["files"]) == {"adapter_config.json", "adapter.safetensors", "head.safetensors"}
+    assert set(manifest["files"]) == {"adapter_config.json", "adapter.safetensors", "head.safetensors"} | {
+        "head_config.json",  # the head as adapters saves it
+        "model_head.safetensors",
+    }
     stsb = json.loads((out / "stsb" / MANIFEST).read_text())
     assert stsb["task_spec"]["is_regression"] is True and stsb["metrics"] is None
     assert json.loads((out / "base" / MANIFEST).read_text())["fingerprint"] == manifest["base_fingerprint"]
@@ -249,17 +252,21 @@ def test_auto_adapter_model_loads_exported_base_and_adapter(exported):
 
 
 def test_peft_loads_the_export(exported):
+    # as PEFT saves a sequence-classification task: its LoRA and its head over transformers' classifier model
     from peft import PeftModel
+    from transformers import BertForSequenceClassification
 
     base, model, out = exported("peft_lora", "frozen")
-    peft_model = PeftModel.from_pretrained(copy.deepcopy(base), out / "rte", adapter_name="rte").eval()
-    peft_model.load_adapter(out / "stsb", adapter_name="stsb")
-    for task in TASKS:
-        peft_model.set_adapter(task)
-        with torch.no_grad(), model.activated(task):
-            expected = model.encoder(**inputs()).last_hidden_state
-            got = peft_model(**inputs()).last_hidden_state
-        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    for task, spec in TASKS.items():
+        config = copy.deepcopy(base.config)
+        config.num_labels = spec.num_labels
+        classifier = BertForSequenceClassification(config)
+        classifier.bert.load_state_dict(base.state_dict())
+        peft_model = PeftModel.from_pretrained(classifier, out / task).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(
+                peft_model(**inputs()).logits, model(task, **inputs())["logits"], atol=1e-6, rtol=0
+            )
 
 
 # --------------------------------------------------------------------------- damage and mix-ups
