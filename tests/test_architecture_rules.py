@@ -265,7 +265,7 @@ def test_the_plugin_core_names_no_harness_method():
     from pals_adapters.harness.methods import METHODS, OLD_NAMES
 
     harness_only = (set(METHODS) | set(OLD_NAMES)) - set(ADAPTER_CONFIG_MAP)
-    assert {"full", "shared", "peft_lora", "attention_on_top", "top_pals"} <= harness_only
+    assert {"full", "shared", "separate", "peft_lora", "attention_on_top", "top_pals"} <= harness_only
     assert harness_methods_named_in_core(PACKAGE, harness_only) == []
 
 

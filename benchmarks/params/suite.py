@@ -39,7 +39,7 @@ DESCRIPTION = "parameter budget: per-task and total parameters of every method, 
 
 # Multipliers printed in the paper (BERT-base, 8 GLUE tasks; Tables 2 and 3), by harness method name.
 PAPER = {
-    "full": 8.0,
+    "separate": 8.0,
     "shared": 1.00,
     "pals": 1.13,
     "low_rank": 1.13,
@@ -95,7 +95,7 @@ def method_descriptions(config, n_tasks):
     peft = PEFT_LORA_DEFAULTS
     top_ds = PALsConfig().projected_size(config.hidden_size)
     return {
-        "full": f"{n_tasks} separately fine-tuned models",
+        "separate": f"{n_tasks} separately fine-tuned models",
         "shared": "one shared model, only the heads are per task",
         **{preset: pal_description(preset, config) for preset in pals_adapters.PALS_PRESETS},
         "houlsby": f"adapters double_seq_bn (Houlsby et al. 2019), bottleneck d/{houlsby.reduction_factor}",

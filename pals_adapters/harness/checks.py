@@ -104,7 +104,7 @@ def check_choices(config, method: Method) -> None:
             reason = "PEFT trains one active adapter at a time" if method.kind == "peft" else "per-task layers on top"
             raise ConfigError(
                 f"batching=mixed: method {method.name!r} cannot train several tasks in one batch ({reason}); "
-                "use batching per-task, or an adapters method (pals, houlsby, lora), shared or full"
+                "use batching per-task, or an adapters method (pals, houlsby, lora) or shared"
             )
     if config.data_source not in SOURCES:
         raise UnknownNameError("data source", config.data_source, SOURCES)

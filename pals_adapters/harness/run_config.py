@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 from ..errors import ConfigError
@@ -24,7 +24,7 @@ from .checks import (
 )
 from .data.sampling import STRATEGIES
 from .methods.method import Method
-from .methods.registry import METHODS, OLD_NAMES, current_name, get_method
+from .methods.registry import METHODS, OLD_NAMES, SEPARATE, current_name, get_method
 from .precision import resolve_precision
 from .serving.add_tasks import SharedBase
 from .tasks.spec import TaskSpec
@@ -89,7 +89,7 @@ class RunConfig:
     batching: str = _setting(
         "per-task",
         "per-task (one task per step, as the paper) or mixed (each example's task drawn from the sampler; "
-        "adapters methods, shared and full)",
+        "adapters methods and shared)",
     )
     steps_per_epoch: int = _setting(2400, "steps of one annealing 'epoch' (the paper: 2400 for 8 tasks)")
     alpha: float | None = _setting(None, "exponent of the temperature sampler (p_i ~ N_i^alpha)")
@@ -212,6 +212,19 @@ class RunConfig:
         if self.scale_shared_lr is None:
             self.scale_shared_lr = self.base == "frozen"
 
+    def _one_model_per_task(self, method: Method, specs: dict[str, TaskSpec]) -> Method:
+        """``separate`` (one fine-tuned model per task) trains one task per run, as `shared` fine-tuned."""
+        if method.name != SEPARATE:
+            return method
+        if len(specs) > 1:
+            raise ConfigError(
+                f"method '{SEPARATE}' is one fine-tuned model per task, and a run trains one model: train each "
+                f"task on its own (train --method {SEPARATE} --tasks T, one run per task), or let "
+                f"`pals-bench compare` do it (a row with method: {SEPARATE}); tasks given: {sorted(specs)}"
+            )
+        self.method = "shared"  # one task, one fine-tuned encoder with its head: exactly a `shared` run
+        return replace(get_method("shared"), overrides=dict(method.overrides))
+
     def validate(self) -> dict[str, TaskSpec]:
         """Checks every setting (types, values, names, the model's limits) and returns the run's tasks
         by canonical name; ConfigError / UnknownNameError naming what to fix. Reads only the task file
@@ -232,6 +245,7 @@ class RunConfig:
         check_choices(self, method)
         self.precision = resolve_precision(self.precision)  # a valid name by now; auto: what this hardware runs fast
         specs = resolve_tasks(self)
+        method = self._one_model_per_task(method, specs)
         check_added_tasks(self, specs, shared, method)
         check_data_location(self, specs)
         check_model_limits(self, method)

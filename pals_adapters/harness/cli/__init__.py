@@ -6,7 +6,7 @@ pals-bench evaluate runs/pals/export/rte --glue-dir ../shared/glue
 pals-bench predict runs/pals/export --glue-dir ../shared/glue --out predictions/
 pals-bench schedule --tasks cola sst2 mrpc stsb rte --sampler annealed --steps 20000 --plot schedule.png
 pals-bench compare --config grid.yaml --output-dir comparisons/mine
-pals-bench params --model bert-base-uncased --methods pals low_rank houlsby full shared
+pals-bench params --model bert-base-uncased --methods pals low_rank houlsby separate shared
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ...errors import ConfigError, UnknownNameError
 from ...pretrained import pretrained_config
 from ..tasks.spec import TaskSpec
 from .model import MultiTaskModel, pretrained_pooler, resolve_model
-from .registry import METHODS, OLD_NAMES, get_method
+from .registry import METHODS, OLD_NAMES, SEPARATE, get_method
 
 # A stand-in task for building the model: only its number of labels matters for the count.
 _COUNTING_TASK = TaskSpec(
@@ -27,16 +27,17 @@ _COUNTING_TASK = TaskSpec(
 
 
 def _count_adapter_config(method, model_config: PretrainedConfig, n_tasks: int, num_labels: int) -> ParameterCount:
-    """`count_parameters`, plus the two methods without task layers: ``"full"`` (every task fine-tunes
-    its own copy of the model, nothing is shared) and ``"shared"`` (only the heads are per task)."""
-    if method in ("full", "shared"):
+    """`count_parameters`, plus the two methods without task layers: ``"separate"`` (every task fine-tunes
+    its own copy of the model, nothing is shared: N x the base) and ``"shared"`` (one encoder; only the heads
+    are per task)."""
+    if method in (SEPARATE, "shared"):
         if n_tasks < 1:
             raise ConfigError(f"n_tasks={n_tasks}: must be >= 1")
         with torch.device("meta"):
             base = sum(p.numel() for p in AutoModel.from_config(model_config).parameters())
         head = model_config.hidden_size * num_labels + num_labels
-        if method == "full":
-            return ParameterCount("full", base, 0, base, head, n_tasks)
+        if method == SEPARATE:
+            return ParameterCount(SEPARATE, base, 0, base, head, n_tasks)
         return ParameterCount("shared", base, base, 0, head, n_tasks)
     return count_parameters(method, model_config, n_tasks, num_labels)
 
@@ -49,7 +50,7 @@ def count_method_parameters(
     name = method.split("[")[0].strip() if isinstance(method, str) else None
     if isinstance(model_config, str):
         model_config = pretrained_config(resolve_model(model_config))
-    if name in ("full", "shared") or (name not in METHODS and name not in OLD_NAMES):
+    if name in (SEPARATE, "shared") or (name not in METHODS and name not in OLD_NAMES):
         try:
             count = _count_adapter_config(method, model_config, n_tasks, num_labels)
         except ValueError as err:

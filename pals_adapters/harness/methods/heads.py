@@ -1,4 +1,5 @@
-"""Backend of the methods whose only task-specific weights are the heads: ``shared`` and ``full``."""
+"""Backend of the methods whose only task-specific weights are the heads: ``shared``
+(one shared encoder, a head per task) and ``separate`` (one task per run: a model of its own)."""
 
 from __future__ import annotations
 

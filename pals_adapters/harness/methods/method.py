@@ -9,6 +9,9 @@ from ...errors import ConfigError, UnknownNameError
 from ...pals.config import RENAMED_PRESETS
 
 BASE_MODES = ("frozen", "finetune")
+# The papers' baseline of one fine-tuned model per task: a run trains one task (as `shared`, fine-tuned);
+# `pals-bench compare` trains one such run per task.
+SEPARATE = "separate"
 
 # Old spelling -> method name; accepted where users type a method (with a warning, until 0.3) and read
 # silently from what older runs wrote (export manifests, run folders, benchmark caches).
@@ -23,6 +26,9 @@ OLD_NAMES = {
     # release 0.2: `top_pals` read like the preset `pals_top`
     "top_pals": "attention_on_top",
     "top_layer": "layer_on_top",
+    # `full` trained one shared encoder with per-task heads, which is `shared` fine-tuned; the papers'
+    # one-model-per-task baseline is `separate`
+    "full": "shared",
     **RENAMED_PRESETS,  # the PAL presets are methods too
 }
 

@@ -15,15 +15,24 @@ import re
 from ...errors import ConfigError, UnknownNameError, warn_renamed
 from ...pals import PALS_PRESETS
 from .backend import get_backend
-from .method import BASE_MODES, OLD_NAMES, Method, check_base_mode, current_name  # noqa: F401  (public here too)
+from .method import (  # noqa: F401  (public here too)
+    BASE_MODES,
+    OLD_NAMES,
+    SEPARATE,
+    Method,
+    check_base_mode,
+    current_name,
+)
 
 METHODS: dict[str, Method] = {
     **{name: Method(name, "adapters", adapter_config=name) for name in PALS_PRESETS},
     "houlsby": Method("houlsby", "adapters", adapter_config="double_seq_bn"),
     "lora": Method("lora", "adapters", adapter_config="lora"),
     "peft_lora": Method("peft_lora", "peft"),
-    "full": Method("full", "heads", allows_frozen_base=False),
+    # one shared encoder with a head per task: fine-tuned with the tasks (--base finetune), or a linear probe
     "shared": Method("shared", "heads"),
+    # the papers' baseline, one fine-tuned model per task: a single-task `shared` fine-tuned run per task
+    SEPARATE: Method(SEPARATE, "heads", allows_frozen_base=False),
     # the paper's "projected attention on top" and "BERT layer on top" of the encoder (Table 3)
     "attention_on_top": Method("attention_on_top", "top", top="pals"),
     "layer_on_top": Method("layer_on_top", "top", top="bert_layer"),

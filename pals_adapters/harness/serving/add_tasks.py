@@ -93,8 +93,8 @@ def shared_base_of(export_dir: str | Path) -> SharedBase:
 
 
 def check_can_take_tasks(shared: SharedBase) -> None:
-    """A `full` export fine-tunes every weight of the encoder for its tasks: nothing of it is a task's own but
-    the head, and its base cannot stay frozen for a new task (`--add-to` refuses it plainly)."""
+    """An export of a method that fine-tunes every weight for its tasks (no frozen base): nothing of it is a
+    task's own but the head, and its base cannot stay frozen for a new task (`--add-to` refuses it plainly)."""
     if not shared.method.allows_frozen_base:
         raise ConfigError(
             f"add_to={shared.export_dir}: an export of method {shared.method.name!r} cannot take a new task (its "

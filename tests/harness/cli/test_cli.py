@@ -102,7 +102,8 @@ def test_cli_train_evaluate_predict(tmp_path, tiny_model_dir, capsys, method, ba
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "--method", "full", "--base", "frozen"], "contradicts --base frozen"),
+        (["train", "--method", "separate", "--base", "frozen"], "contradicts --base frozen"),
+        (["train", "--method", "separate", "--tasks", "rte", "cola"], "one run per task"),
         (["train", "--method", "nope"], "unknown method"),
         (["train", "--base", "half"], "unknown base mode"),
         (["train", "--select-best"], "select_best needs eval_steps"),

@@ -30,7 +30,7 @@ def mixed_inputs(seed=0, rows=9, length=11):
     return ids, mask, task_ids, labels
 
 
-@pytest.mark.parametrize("method", ["pals", "pals_no_share", "houlsby", "lora", "shared", "full"])
+@pytest.mark.parametrize("method", ["pals", "pals_no_share", "houlsby", "lora", "shared"])
 def test_a_mixed_batch_gives_the_gradients_of_its_per_task_parts(method):
     torch.manual_seed(0)
     model = MultiTaskModel(BertModel(tiny_bert_config()), TASKS, get_method(method), "finetune").eval()

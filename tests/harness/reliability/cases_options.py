@@ -182,9 +182,9 @@ OPTIONS = {
     "unsupported-architecture": (add_pal("pals", gpt2), UnsupportedModelError, ["model_type 'gpt2'", "bert"]),
     # contradictory or invalid CLI options (exit code 2, message on stderr)
     "cli-full-with-frozen-base": (
-        cli("--method", "full", "--base", "frozen"),
+        cli("--method", "separate", "--base", "frozen"),
         SystemExit,
-        ["method 'full'", "--base frozen", "--base finetune"],
+        ["method 'separate'", "--base frozen", "--base finetune"],
     ),
     "cli-select-best-without-eval-steps": (cli("--select-best"), SystemExit, ["select_best needs eval_steps"]),
     "cli-zero-steps": (cli("--max-steps", "0"), SystemExit, ["max_steps=0"]),

@@ -91,10 +91,6 @@ def add_to(*argv, export=served_export, where=None):
     return action
 
 
-def full_export(tmp):
-    return served_export(tmp, method="full", tasks=("rte",))
-
-
 def frozen_export_of_a_base_whose_tokenizer_changed(tmp):
     pretrained = Path(shutil.copytree(TINY["model"], tmp / "pretrained"))
     export = served_export(tmp, base="frozen", model_dir=pretrained, tasks=("rte",))
@@ -240,11 +236,6 @@ SERVING = {
         add_to(where="base"),
         SystemExit,
         ["export/base is the base folder of an export", "give the run's export folder"],
-    ),
-    "add-to-a-full-export": (
-        add_to(export=full_export),
-        SystemExit,
-        ["an export of method 'full' cannot take a new task", "Train the new task with the others in a new run"],
     ),
     "add-to-with-another-model": (
         add_to_with_another_model,

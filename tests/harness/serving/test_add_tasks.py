@@ -63,7 +63,7 @@ def test_an_added_task_trains_alone_and_leaves_the_old_tasks_as_they_were(first_
         (dict(tasks=["cola"], base="finetune"), "set base=frozen"),
         (dict(tasks=["rte"], base="frozen"), "already has tasks"),
         (dict(tasks=["mrpc"], base="frozen", method="houlsby"), "same"),
-        (dict(tasks=["mrpc"], method="full"), "use the same (got 'full')"),
+        (dict(tasks=["mrpc"], method="shared"), "use the same (got 'shared')"),
         (dict(tasks=["mrpc"], max_length=200, model=None), "max_length=200: the model"),
         (dict(tasks=["mrpc"], replace=True), "has no tasks ['mrpc'] to replace"),
         (dict(tasks=["mrpc"], model="bert-base-uncased"), "model='bert-base-uncased' is not the export's base"),
