@@ -19,7 +19,10 @@ from .tasks.glue import GLUE_TASKS, get_task
 from .tasks.spec import TaskSpec
 from .tasks.splits import load_split
 from .tasks.user_tasks import custom_task, load_task_specs
+from .training.run_environment import quiet_deepspeed_cpu_notice
 from .training.runner import RunConfig, run
+
+quiet_deepspeed_cpu_notice()  # a line every run printed, DeepSpeed or not
 
 __all__ = [
     "GLUE_TASKS",

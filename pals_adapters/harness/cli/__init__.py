@@ -47,13 +47,17 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     parser.commands = sub.choices  # name -> the command's parser (its usage goes with its errors)
 
     train = sub.add_parser("train", help="train one multi-task model, evaluate it, export every task")
-    train.add_argument("--config", help="YAML or JSON file of settings (command-line options win)")
+    train.add_argument(
+        "--config",
+        help="YAML or JSON file of settings, or a recipe shipped with pals_adapters: small-cpu (command-line "
+        "options win)",
+    )
     add_run_options(train)
     train.set_defaults(func=cmd_train, **(run_defaults or {}))
 
     for name, func, text in (
         ("evaluate", cmd_evaluate, "dev-set metrics of exported tasks"),
-        ("predict", cmd_predict, "GLUE-format test predictions of exported tasks"),
+        ("predict", cmd_predict, "predictions of exported tasks: their test or dev files, or a file of requests"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("export", help="a task export folder, or a run's export folder")

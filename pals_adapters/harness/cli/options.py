@@ -45,12 +45,24 @@ def config_file_defaults(argv: list[str] | None) -> dict:
     known, _ = pre.parse_known_args(argv)
     if not known.config:
         return {}
-    values = _read_mapping(known.config)
+    values = _read_mapping(config_path(known.config))
     valid = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = set(values) - valid
     if unknown:
         raise PalsError(f"{known.config}: unknown settings {sorted(unknown)}; valid: {sorted(valid)}")
     return values
+
+
+# Settings files shipped with the package: ``--config NAME`` reads recipes/NAME.yaml unless NAME is a file.
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def config_path(name: str) -> str:
+    """The settings file ``--config`` names: a file, else a recipe shipped with the package (``small-cpu``)."""
+    recipe = RECIPES / f"{name}.yaml"
+    if not Path(name).exists() and "/" not in name and recipe.is_file():
+        return str(recipe)
+    return name
 
 
 def _read_mapping(path: str) -> dict:

