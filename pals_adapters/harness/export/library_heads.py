@@ -17,11 +17,13 @@ import json
 from pathlib import Path
 
 import torch
+from adapters import AutoAdapterModel
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..methods.model import MultiTaskModel
 from ..tasks.spec import TaskSpec
+from .fingerprint import backbone_of, clean_config
 
 HEAD_CONFIG = "head_config.json"  # adapters' names (adapters.utils), fixed by its loader
 HEAD_WEIGHTS = "model_head.safetensors"
@@ -58,10 +60,6 @@ def named_base(config, name: str | None):
 def save_adapters_head(model: MultiTaskModel, task: str, folder: Path, model_name: str | None) -> None:
     """Writes ``task``'s head with adapters' ``save_head``: a head of adapters' flexible-head model for the
     base (built on the meta device, nothing allocated), holding the trained head's weights."""
-    from adapters import AutoAdapterModel
-
-    from .fingerprint import backbone_of, clean_config
-
     spec = model.tasks[task]
     layers = _harness_head_layers(model, task)
     config = clean_config(backbone_of(model))
