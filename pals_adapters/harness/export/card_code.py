@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from ..tasks.spec import TaskSpec
-from .library_heads import POOLER_THEN_CLASSIFIER, id2label
+from .library_heads import HEAD_CONFIG, POOLER_THEN_CLASSIFIER, id2label
 from .manifest import TaskManifest
 from .shareable import hub_model_id, shared_base_name
 
@@ -115,7 +115,8 @@ def harness_code(manifest: TaskManifest, spec: TaskSpec) -> str:
 def library_code(manifest: TaskManifest, spec: TaskSpec) -> tuple[str, str] | None:
     """(library, code) loading the task's own weights with their library, or None where no library can."""
     kind = manifest.method.kind
-    if kind == "adapters" or (kind == "ca_mtl" and manifest.base_path is not None):
+    library_head = HEAD_CONFIG in manifest.files  # adapters' own head, with the labels
+    if library_head and (kind == "adapters" or (kind == "ca_mtl" and manifest.base_path is not None)):
         return "adapters", adapters_code(manifest, spec)
     pooler_head = (manifest.pooling or "pooler") == "pooler"
     if kind == "peft" and pooler_head and manifest.base_config.get("model_type") in POOLER_THEN_CLASSIFIER:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -24,6 +25,8 @@ from torch import nn
 from ..methods.model import MultiTaskModel
 from ..tasks.spec import TaskSpec
 from .fingerprint import backbone_of, clean_config
+
+logger = logging.getLogger(__name__)
 
 HEAD_CONFIG = "head_config.json"  # adapters' names (adapters.utils), fixed by its loader
 HEAD_WEIGHTS = "model_head.safetensors"
@@ -59,12 +62,17 @@ def named_base(config, name: str | None):
 
 def save_adapters_head(model: MultiTaskModel, task: str, folder: Path, model_name: str | None) -> None:
     """Writes ``task``'s head with adapters' ``save_head``: a head of adapters' flexible-head model for the
-    base (built on the meta device, nothing allocated), holding the trained head's weights."""
+    base (built on the meta device, nothing allocated), holding the trained head's weights. A model family
+    without such a model in adapters gets none (logged); the harness's own head file is always written."""
     spec = model.tasks[task]
     layers = _harness_head_layers(model, task)
     config = clean_config(backbone_of(model))
     with torch.device("meta"):
-        library_model = AutoAdapterModel.from_config(config)
+        try:
+            library_model = AutoAdapterModel.from_config(config)
+        except ValueError as err:  # adapters has no flexible-head model of this family: the harness's head only
+            logger.warning("%s: no adapters head for a %s base (%s)", folder.name, config.model_type, err)
+            return
         library_model.add_classification_head(
             task,
             num_labels=spec.num_labels,

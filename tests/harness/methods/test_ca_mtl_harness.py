@@ -136,7 +136,15 @@ def test_a_run_trains_with_mt_uncertainty_and_exports_the_shared_part_once(first
     assert "shared_modules.safetensors" in base.files
     for task, hidden in (("rte", 32), ("stsb", 32)):
         files = sorted(p.name for p in (export / task).iterdir())
-        assert files == ["README.md", "adapter.safetensors", "adapter_config.json", "head.safetensors", "manifest.json"]
+        assert files == [
+            "README.md",
+            "adapter.safetensors",
+            "adapter_config.json",
+            "head.safetensors",
+            "head_config.json",  # the head as adapters saves it
+            "manifest.json",
+            "model_head.safetensors",
+        ]
         assert [v.numel() for v in load_file(export / task / "adapter.safetensors").values()] == [hidden]
     assert results["parameters"]["per_task"] == {"rte": 32 + 66, "stsb": 32 + 33}
 
