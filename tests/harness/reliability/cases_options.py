@@ -181,7 +181,7 @@ OPTIONS = {
     # models and weights
     "unsupported-architecture": (add_pal("pals", gpt2), UnsupportedModelError, ["model_type 'gpt2'", "bert"]),
     # contradictory or invalid CLI options (exit code 2, message on stderr)
-    "cli-full-with-frozen-base": (
+    "cli-separate-with-frozen-base": (
         cli("--method", "separate", "--base", "frozen"),
         SystemExit,
         ["method 'separate'", "--base frozen", "--base finetune"],
