@@ -26,9 +26,8 @@ from ..tasks.dataset_source import hub_id
 from ..tasks.spec import TaskSpec, spec_from_json
 from .card_code import base_source, harness_code, library_code
 from .files import ADAPTER_CONFIG, CARD
-from .library_heads import HEAD_CONFIG, HEAD_WEIGHTS
+from .library_heads import HEAD_CONFIG, HEAD_WEIGHTS, hub_model_id, shared_base_name, shared_settings
 from .manifest import MANIFEST, TaskManifest
-from .shareable import hub_model_id, shared_base_name, shared_settings
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +72,7 @@ def card_of(manifest: TaskManifest, run_config: Any = None) -> ModelCard:
 
 
 def hub_base_model(manifest: TaskManifest) -> str | None:
-    """The base's hub model id (a bundled model's included), or None when it came from a local folder (the
-    hub only takes a model id there)."""
+    """The base's hub model id (a bundled model's included); None for a local folder (the hub takes only ids)."""
     return hub_model_id(manifest.base_model_name)
 
 
@@ -122,8 +120,7 @@ def eval_results(manifest: TaskManifest, spec: TaskSpec) -> list[EvalResult]:
 
 def examples_scored(manifest: TaskManifest, split: str) -> int | None:
     """How many dev examples of ``split`` the run scored (None where the export does not know)."""
-    evaluation = manifest.evaluation
-    scored = (evaluation.examples_scored or {}) if evaluation else {}
+    scored = (manifest.evaluation.examples_scored if manifest.evaluation else None) or {}
     return scored.get(manifest.task, {}).get(split)
 
 
@@ -159,8 +156,7 @@ def card_data(manifest: TaskManifest, spec: TaskSpec) -> ModelCardData:
 
 def train_command(run_config: Any, shared: bool = False) -> str | None:
     """``pals-bench train`` with the run's settings that differ from their defaults (each CLI option is a
-    `RunConfig` field); None without a dataclass of settings (a mapping gives no defaults to leave out).
-    ``shared``: local folders by their name (`shareable.shared_settings`), as a card shows them."""
+    `RunConfig` field); None without a dataclass of settings. ``shared``: local folders by name, as cards show."""
     if not dataclasses.is_dataclass(run_config):
         return None
     options = []
@@ -287,8 +283,7 @@ def _training(manifest: TaskManifest, run_config: Any) -> list[str]:
     return lines
 
 
-def _scope(manifest: TaskManifest, spec: TaskSpec) -> str:
-    """On what the dev metrics were measured, in words: the examples scored of each dev split."""
+def _scope(manifest: TaskManifest, spec: TaskSpec) -> str:  # the examples scored of each dev split, in words
     counts = {split: examples_scored(manifest, split) for split in spec.dev_splits}
     if all(count is not None for count in counts.values()):
         return ", ".join(f"{count:,} `{split}` examples" for split, count in counts.items())
@@ -300,9 +295,10 @@ def _results(manifest: TaskManifest, spec: TaskSpec) -> list[str]:
     lines = ["## Dev results", ""]
     if not manifest.metrics:
         return lines + ["None recorded with this export; `pals-bench evaluate .` scores the task here."]
-    lines += [f"As the run measured them at its end, on {_scope(manifest, spec)} (`pals-bench evaluate .` repeats it):"]
-    lines += ["", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in manifest.metrics.items()]
-    return lines
+    lines.append(
+        f"As the run measured them at its end, on {_scope(manifest, spec)} (`pals-bench evaluate .` repeats it):"
+    )
+    return lines + ["", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in manifest.metrics.items()]
 
 
 def _publishing(manifest: TaskManifest) -> list[str]:

@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 
 from ..tasks.spec import TaskSpec
-from .library_heads import HEAD_CONFIG, POOLER_THEN_CLASSIFIER, id2label
+from .library_heads import HEAD_CONFIG, POOLER_THEN_CLASSIFIER, hub_model_id, id2label, shared_base_name
 from .manifest import TaskManifest
-from .shareable import hub_model_id, shared_base_name
 
 HERE = json.dumps(".")  # the snippets run in the task's folder (where its README.md is)
 

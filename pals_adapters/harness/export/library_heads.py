@@ -1,8 +1,11 @@
-"""A task's prediction head in the layout its method's library loads with the adapter: for an `adapters`
-method, the library's own classification head (``head_config.json`` + ``model_head.safetensors``, written by
-``save_head``), so that ``AutoAdapterModel.from_pretrained(base).load_adapter(folder)`` gives the trained
-task with its labels; for PEFT's LoRA, the head as PEFT saves a sequence-classification model's
-``classifier`` (a ``modules_to_save`` entry of ``adapter_config.json``).
+"""What a task folder holds to be shared: the task's prediction head in the layout its method's library
+loads with the adapter, and names without local paths.
+
+For an `adapters` method, the library's own classification head (``head_config.json`` +
+``model_head.safetensors``, written by ``save_head``), so that
+``AutoAdapterModel.from_pretrained(base).load_adapter(folder)`` gives the trained task with its labels;
+for PEFT's LoRA, the head as PEFT saves a sequence-classification model's ``classifier`` (a
+``modules_to_save`` entry of ``adapter_config.json``).
 
 The head computes what the harness's head computes: with the base's pretrained pooler, ``use_pooler=True``
 and one linear layer; with the task's own first-token pooler, two layers with tanh between them (the
@@ -15,14 +18,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from adapters import AutoAdapterModel
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..methods.model import MultiTaskModel
+from ..methods.model import BUNDLED_MODEL, MultiTaskModel
 from ..tasks.spec import TaskSpec
 from .fingerprint import backbone_of, clean_config
 
@@ -118,3 +124,61 @@ def add_peft_head(model: MultiTaskModel, task: str, folder: Path) -> None:
     config["modules_to_save"] = [PEFT_HEAD]
     config["task_type"] = "SEQ_CLS"
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+
+
+# --- what shared files say about this machine: names, never local absolute paths (a task folder is made
+# to be handed on: the base by its hub id where known, else the name it was given; local folders by name)
+
+# The hub id of the model a bundled package holds (what a colleague downloads to get the same weights).
+BUNDLED_HUB_IDS = {BUNDLED_MODEL: "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def is_local_path(name: str) -> bool:
+    """Whether ``name`` reads as a filesystem path rather than a hub id (``org/model``) or a plain name."""
+    return os.path.isabs(name) or name.startswith(("./", "../", "~")) or os.path.isdir(name)
+
+
+def shared_base_name(name: str | None) -> str | None:
+    """The base's name in shared files: its hub id where known (a bundled model's), else the name as given,
+    a local folder by its last component (never a path of this machine)."""
+    if not name:
+        return None
+    if name in BUNDLED_HUB_IDS:
+        return BUNDLED_HUB_IDS[name]
+    if is_local_path(name):
+        return Path(os.path.normpath(os.path.expanduser(name))).name or None
+    return name
+
+
+def hub_model_id(name: str | None) -> str | None:
+    """The base's hub model id, or None where it came from a local folder (the hub takes only ids)."""
+    if not name or (name not in BUNDLED_HUB_IDS and is_local_path(name)):
+        return None
+    return BUNDLED_HUB_IDS.get(name, name)
+
+
+def _shared_value(value: Any) -> Any:
+    if isinstance(value, str) and os.path.isabs(value):
+        return Path(value).name
+    if isinstance(value, os.PathLike):
+        return _shared_value(os.fspath(value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_shared_value(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: _shared_value(v) for k, v in value.items()}
+    return value
+
+
+def shared_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's settings as a shared card shows them: local folders by their name (``/home/me/glue`` ->
+    ``glue``), the model by `shared_base_name`."""
+    shared = {key: _shared_value(value) for key, value in settings.items()}
+    if isinstance(settings.get("model"), str):
+        shared["model"] = shared_base_name(settings["model"])
+    return shared
+
+
+def data_source_name(glue_dir: str | os.PathLike | None) -> str | None:
+    """The GLUE folder a run scored on, as the manifest records it: by its name (``pals-bench evaluate``
+    takes the folder with ``--glue-dir`` or ``GLUE_DIR``)."""
+    return Path(glue_dir).name if glue_dir else None

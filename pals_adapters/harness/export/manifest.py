@@ -44,7 +44,7 @@ class EvaluationRecord:
 
     max_eval_examples: int | None = None
     eval_batch_size: int | None = None
-    glue_dir: str | None = None  # by its name (see `shareable.data_source_name`)
+    glue_dir: str | None = None  # by its name (see `library_heads.data_source_name`)
     data_source: str | None = None
     examples_scored: dict[str, dict[str, int]] | None = None  # task -> dev split -> examples scored
 

@@ -13,6 +13,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from ...errors import IntegrityError
 from ..methods.accounting import count_method_parameters
+from ..methods.peft_lora import SAVED_HEAD_PREFIX
 
 MANIFEST_NAME = "manifest.json"  # `manifest.MANIFEST` (that module imports this one)
 
@@ -79,10 +80,12 @@ def check_task_fields(path: Path, data: dict) -> None:
             _bad(path, f"method.overrides.{name}", f"must not be negative, {_found(value)}")
 
 
-def stored_elements(path: Path) -> int:
-    """How many numbers a safetensors file holds, from its header alone (nothing is read into memory)."""
+def stored_elements(path: Path, skipped: tuple[str, ...] = ()) -> int:
+    """How many numbers a safetensors file holds, from its header alone (nothing is read into memory), but for
+    the tensors whose names start with one of ``skipped``."""
     with safe_open(str(path), "pt") as handle:
-        return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+        names = [name for name in handle.keys() if not name.startswith(skipped)]
+        return sum(math.prod(handle.get_slice(name).get_shape()) for name in names)
 
 
 def check_task_size(folder: Path, manifest, method, weights: Path) -> None:
@@ -97,7 +100,7 @@ def check_task_size(folder: Path, manifest, method, weights: Path) -> None:
         _bad(folder / MANIFEST_NAME, "base_config.model_type", f"is no model type transformers knows, {found}")
     config = CONFIG_MAPPING[model_type].from_dict(manifest.base_config)
     implied = count_method_parameters(method.spec, config, n_tasks=1).per_task
-    stored = stored_elements(weights)
+    stored = stored_elements(weights, skipped=(SAVED_HEAD_PREFIX,))  # a PEFT task's head, saved for PEFT
     if implied != stored:
         _bad(
             folder / MANIFEST_NAME,

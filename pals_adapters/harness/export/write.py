@@ -46,7 +46,14 @@ from .fingerprint import (
     tokenizer_differences,
     tokenizer_fingerprint,
 )
-from .library_heads import add_peft_head, named_base, peft_head_fits, save_adapters_head
+from .library_heads import (
+    add_peft_head,
+    data_source_name,
+    named_base,
+    peft_head_fits,
+    save_adapters_head,
+    shared_base_name,
+)
 from .manifest import (
     BaseManifest,
     EvaluationRecord,
@@ -57,7 +64,6 @@ from .manifest import (
     read_task_manifest,
     write_manifest,
 )
-from .shareable import data_source_name, shared_base_name
 from .staging import staged_export
 
 PathLike = str | os.PathLike

@@ -34,11 +34,13 @@ IGNORED_FIELDS = {
     "task_type",
 }
 
+SAVED_HEAD_PREFIX = "base_model.model.classifier."  # the task head saved for PEFT's own loading
+
 
 def _encoder_state(state: dict, encoder_prefix: str) -> dict:
     """A task's LoRA weights as the bare encoder names them: an export saved for PEFT's sequence-classification
     loading (see the export's `library_heads`) adds its head and puts the encoder under ``encoder_prefix``."""
-    head, nested = "base_model.model.classifier.", f"base_model.model.{encoder_prefix}."
+    head, nested = SAVED_HEAD_PREFIX, f"base_model.model.{encoder_prefix}."
     return {
         ("base_model.model." + k[len(nested) :] if k.startswith(nested) else k): v
         for k, v in state.items()
