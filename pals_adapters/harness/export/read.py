@@ -17,7 +17,8 @@ from ..methods.backend import get_backend
 from ..methods.model import MultiTaskModel, pretrained_pooler, resolve_model
 from ..methods.registry import get_method
 from ..methods.weights import load_module, read_tensors
-from ..tasks.spec import TaskSpec, spec_from_json
+from ..tasks.file_record import spec_from_shared_json
+from ..tasks.spec import TaskSpec
 from .files import check_identity, refuse_pickle, verify_files
 from .fingerprint import (
     backbone_of,
@@ -49,7 +50,7 @@ def _weights_file(folder: Path, manifest: TaskManifest, names: tuple[str, ...], 
 def task_spec_of(manifest: TaskManifest, where: Path) -> TaskSpec:
     """The task as it was trained (labels in their trained order, columns, files), from its manifest."""
     try:
-        spec = spec_from_json(manifest.task_spec)
+        spec = spec_from_shared_json(manifest.task_spec, where)
     except ConfigError as err:
         raise IntegrityError(f"{where / MANIFEST}: task_spec is not valid: {err}") from err
     if spec.name != manifest.task:

@@ -28,8 +28,8 @@ from ...pretrained import NO_REMOTE_CODE
 from ..methods.model import MultiTaskModel
 from ..methods.weights import json_default, save_tensors
 from ..tasks.dataset_rows import dataset_record
-from ..tasks.file_record import data_record
-from ..tasks.spec import check_task_name, spec_to_json
+from ..tasks.file_record import data_record, shared_spec_json
+from ..tasks.spec import check_task_name
 from .card import write_card
 from .files import BASE_DIR, hash_files
 from .fingerprint import (
@@ -165,7 +165,7 @@ def _write_task(
         evaluation = dataclasses.replace(evaluation, glue_dir=data_source_name(evaluation.glue_dir))
     manifest = TaskManifest(
         task=task,
-        task_spec=spec_to_json(model.tasks[task]),
+        task_spec=shared_spec_json(model.tasks[task], folder),
         method=MethodRecord(model.method.name, model.method.kind, dict(model.method.overrides)),
         base_mode=base_mode,
         base_fingerprint=base.fingerprint,

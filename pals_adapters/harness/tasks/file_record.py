@@ -8,8 +8,33 @@ from pathlib import Path
 from typing import Any
 
 from .dataset_source import local_folder
-from .spec import TaskSpec
+from .spec import TaskSpec, spec_from_json, spec_to_json
 from .user_tasks import split_files, with_data_dir
+
+# --------------------------------------------------------------------------- the task as an export records it
+
+
+def shared_spec_json(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, Any]:
+    """The task as a shared file records it: its data folder relative to ``seen_from`` (the export's task
+    folder), never a local absolute path (the user's home, their environment)."""
+    record = spec_to_json(spec)
+    if spec.data_dir is not None:
+        here = os.path.normpath(os.path.abspath(seen_from))
+        try:
+            record["data_dir"] = Path(os.path.relpath(spec.data_dir, here)).as_posix()
+        except ValueError:  # another drive (Windows): the folder's name, found again with --task-file
+            record["data_dir"] = Path(spec.data_dir).name
+    return record
+
+
+def spec_from_shared_json(record: dict[str, Any], seen_from: str | os.PathLike) -> TaskSpec:
+    """`shared_spec_json` read back: a relative data folder is where it was seen from ``seen_from``
+    (exports written before recorded it absolute, and still load)."""
+    spec = spec_from_json(record)
+    if spec.data_dir is not None and not os.path.isabs(spec.data_dir):
+        spec = with_data_dir(spec, os.path.normpath(os.path.join(os.path.abspath(seen_from), spec.data_dir)))
+    return spec
+
 
 # --------------------------------------------------------------------------- moved data folders
 

@@ -4,12 +4,13 @@ import dataclasses
 import json
 import re
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, file_hashes, glue_dir
+from helpers import REPO, file_hashes, glue_dir, tiny_run_config
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, BertModel
 
@@ -323,3 +324,30 @@ def test_user_text_enters_the_card_escaped(exported):
     text = card_of(manifest).text
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)  # code blocks show text, they render no HTML
     assert "<script>" not in prose and "<b>" not in prose and "&lt;script&gt;" in prose
+
+
+def test_a_user_task_export_names_its_data_folder_relative_to_itself(tiny_model_dir, tmp_path):
+    """The manifest of a user task names where its files are from the export, not from this machine's root:
+    the export and its data copied elsewhere together still evaluate."""
+    from pals_adapters.harness.cli import main
+    from pals_adapters.harness.training.runner import run
+
+    project = tmp_path / "project"
+    rows = "".join(f"{word} film {i},{'pos' if i % 2 else 'neg'}\n" for i, word in enumerate(["good", "bad"] * 8))
+    (project / "data").mkdir(parents=True)
+    for split in ("train", "dev"):
+        (project / "data" / f"{split}.csv").write_text("text,label\n" + rows)
+    (project / "tasks.yaml").write_text(
+        "tasks:\n  - {name: mood, train: data/train.csv, validation: data/dev.csv, text_columns: [text]}\n"
+    )
+    config = tiny_run_config(tiny_model_dir, project / "run", tasks=None, task_file=str(project / "tasks.yaml"))
+    run(config)
+    manifest = json.loads((project / "run" / "export" / "mood" / "manifest.json").read_text())
+    assert manifest["task_spec"]["data_dir"] == "../../.."  # the project folder, seen from the task folder
+    for path in (project / "run" / "export").rglob("*"):
+        if path.is_file():
+            assert str(project) not in path.read_bytes().decode("utf-8", errors="replace"), path
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(project), str(moved))
+    main(["evaluate", str(moved / "run" / "export" / "mood"), "--out", str(tmp_path / "scores.json")])
+    assert json.loads((tmp_path / "scores.json").read_text())["tasks"]["mood"]["dev_examples"] == [16]
