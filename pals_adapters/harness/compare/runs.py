@@ -43,7 +43,7 @@ def unique_runs(planned: list[PlannedRun]) -> list[PlannedRun]:
     return list(seen.values())
 
 
-def train_one(config: RunConfig, keep_checkpoints: bool) -> dict:
+def train_one(config: RunConfig, keep_checkpoints: bool, callbacks=()) -> dict:
     """One run into its folder: resumed from its last complete checkpoint if it has one; its checkpoints
     removed once its results are written unless ``keep_checkpoints``. Returns a short record of it."""
     from ..training.runner import run  # here: a worker process imports the training stack once
@@ -57,7 +57,7 @@ def train_one(config: RunConfig, keep_checkpoints: bool) -> dict:
             for broken in list_checkpoints(folder):
                 shutil.rmtree(broken)
             logger.warning("%s: no complete checkpoint to resume from; the run starts again", folder)
-    results = run(config)
+    results = run(config, callbacks)
     if not keep_checkpoints:
         for checkpoint in list_checkpoints(folder):
             shutil.rmtree(checkpoint)
@@ -70,12 +70,44 @@ def train_one(config: RunConfig, keep_checkpoints: bool) -> dict:
 
 
 class Progress:
-    """The grid's progress line: runs done of all, the last run's score and time, the time left."""
+    """The grid's progress line: runs done of all, the current run's step (runs trained in this process),
+    the last run's score and time, the time left."""
+
+    EVERY = 30  # seconds between two step lines
 
     def __init__(self, total: int, already: int, jobs: int, stream=None):
         self.total, self.done, self.jobs = total, already, jobs
         self.started, self.trained = time.time(), 0
         self.stream = stream or sys.stdout
+        self.run_started = self.last_line = 0.0
+
+    def at_step(self, run: PlannedRun, step: int, max_steps: int) -> None:
+        now = time.time()
+        if now - self.last_line < self.EVERY or not max_steps:
+            return
+        self.last_line = now
+        this_run = (now - self.run_started) / max(step, 1) * max_steps  # the current run's whole time, as it goes
+        per_run = (self.run_started - self.started) / self.trained if self.trained else this_run
+        left = this_run - (now - self.run_started) + per_run * (self.total - self.done - 1) / self.jobs
+        print(
+            f"compare: {self.done}/{self.total} runs done; {run.row} seed {run.seed} at step {step}/{max_steps}; "
+            f"about {_duration(left)} left",
+            file=self.stream,
+            flush=True,
+        )
+
+    def step_callback(self, run: PlannedRun):
+        """A Trainer callback that reports the run's steps on the grid's line."""
+        from transformers import TrainerCallback
+
+        progress = self
+
+        class GridStep(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                progress.at_step(run, state.global_step, state.max_steps)
+
+        self.run_started = self.last_line = time.time()
+        return GridStep()
 
     def starting(self, run: PlannedRun) -> None:
         print(f"compare: training {run.row} seed {run.seed} -> {run.folder}", file=self.stream, flush=True)
@@ -110,7 +142,7 @@ def train_missing(runs: list[PlannedRun], keep_checkpoints: bool, jobs: int = 1)
     if jobs == 1:
         for run in todo:
             progress.starting(run)
-            progress.finished(run, train_one(run.config, keep_checkpoints))
+            progress.finished(run, train_one(run.config, keep_checkpoints, [progress.step_callback(run)]))
         return
     threads = max(1, len(os.sched_getaffinity(0)) // jobs) if hasattr(os, "sched_getaffinity") else 1
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads

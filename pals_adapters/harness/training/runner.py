@@ -85,7 +85,7 @@ def load_dev_sets(
     return dev
 
 
-def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskTrainer:
+def build_trainer(config: RunConfig, model, tokenizer, train, dev, callbacks=()) -> MultiTaskTrainer:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     sampler = make_sampler(
         config.sampler,
@@ -165,6 +165,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev) -> MultiTaskT
         mixed_batches=config.batching == "mixed",
         sampling_epochs=(config.steps_per_epoch, config.max_steps) if config.sampler == "annealed" else None,
         fsdp_plugin=fsdp_plugin(config.fsdp_options) if config.fsdp else None,
+        callbacks=list(callbacks),
     )
 
 
@@ -181,8 +182,9 @@ def evaluation_record(config: RunConfig, dev: dict | None = None) -> EvaluationR
     )
 
 
-def run(config: RunConfig) -> dict:
+def run(config: RunConfig, callbacks=()) -> dict:
     """Trains, evaluates on the dev sets, exports every task; returns and writes ``results.json``.
+    ``callbacks``: transformers ``TrainerCallback`` objects for the run's Trainer (e.g. a progress line).
 
     Every setting is checked, the output folder locked and a resume compared with the run it continues
     before anything is loaded."""
@@ -201,7 +203,7 @@ def run(config: RunConfig) -> dict:
         resume = prepare_run_folder(settings, plan.task_specs, writer=writer)
         if resume is not None:
             check_rank_count(resume, int(os.environ.get("WORLD_SIZE", "1")))
-        return _train(plan, resume, started)
+        return _train(plan, resume, started, callbacks)
 
 
 def trainer_is_writer() -> bool:
@@ -247,7 +249,7 @@ def _device_name(device: torch.device) -> str:
     return str(device)
 
 
-def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
+def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> dict:
     config, specs, shared, base_source = plan.settings, plan.task_specs, plan.shared, plan.base_source
     set_seed(config.seed)
     tokenizer = pretrained_tokenizer(resolve_model(base_source))
@@ -267,7 +269,7 @@ def _train(plan: RunPlan, resume: str | None, started: float) -> dict:
     elif config.export and trainer_is_writer():
         _check_export_folder(config, model, tokenizer)
     parameters = parameter_summary(model)  # before a ZeRO-3 engine partitions the weights
-    trainer = build_trainer(config, model, tokenizer, train, dev)
+    trainer = build_trainer(config, model, tokenizer, train, dev, callbacks)
     trainer.train(resume_from_checkpoint=resume)
     metrics = trainer.evaluate()
     results = {
