@@ -11,8 +11,9 @@ import typing
 
 from ..training.runner import RunConfig
 
-# Settings compare decides per run (its folder, seed, resume): not options of the command.
-NOT_OVERRIDDEN = ("output_dir", "resume", "seed", "add_to", "replace")
+# Settings compare decides per run (its folder, seed, resume; a finished run is read, never replaced): not
+# options of the command (compare.grid's NOT_SETTABLE, kept here so that the help loads no comparison).
+NOT_OVERRIDDEN = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace")
 
 
 def add_compare_parser(sub) -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from .naming import run_folder_name, settings_digest
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 # Where a run is or what it continues: compare decides these for every run.
-NOT_SETTABLE = ("output_dir", "resume", "seed", "add_to", "replace")
+NOT_SETTABLE = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace")
 # What all rows share, so that their scores compare: a row may change anything else.
 SHARED_ONLY = ("model", "tasks", "task_file", "glue_dir", "data_source")
 GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints")

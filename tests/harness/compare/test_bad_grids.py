@@ -32,6 +32,7 @@ CASES = [
         ["row 'sep'", "finetune"],
     ),
     ("a seed in a row", "  - name: one\n    method: pals\n    seed: 3\n", {}, ["row 'one'", "seeds: [...]"]),
+    ("overwrite in a grid", "", {"overwrite": True}, ["'overwrite' cannot be set", "compare decides it"]),
     ("misspelt setting", "", {"max_step": 4}, ["unknown setting 'max_step'", "max_steps"]),
     (
         "a row changes the tasks",
