@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from helpers import glue_dir
 
-
-def _find_glue() -> Path | None:
-    candidate = Path(os.environ.get("GLUE_DIR") or Path(__file__).resolve().parents[2] / ".." / "shared" / "glue")
-    return candidate if (candidate / "CoLA").is_dir() else None
-
-
-GLUE_DIR = _find_glue()
+GLUE_DIR = glue_dir()
 needs_glue = pytest.mark.skipif(GLUE_DIR is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
 
 

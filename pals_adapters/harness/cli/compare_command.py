@@ -1,5 +1,5 @@
 """``pals-bench compare``: its options (the grid file, the output folder, the shared settings it may
-override) and the command, which imports the comparison only when it runs."""
+override) and the command."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import shlex
 import sys
 import typing
 
+from ..compare.grid import NOT_SETTABLE  # what compare decides per run: no option
 from ..training.runner import RunConfig
-
-# Settings compare decides per run (its folder, seed, resume; a finished run is read, never replaced): not
-# options of the command (compare.grid's NOT_SETTABLE, kept here so that the help loads no comparison).
-NOT_OVERRIDDEN = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace")
 
 
 def add_compare_parser(sub) -> argparse.ArgumentParser:
@@ -38,7 +35,7 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     shared = parser.add_argument_group("shared settings (each replaces the grid file's)")
     hints = typing.get_type_hints(RunConfig)
     for f in dataclasses.fields(RunConfig):
-        if f.name in NOT_OVERRIDDEN:
+        if f.name in NOT_SETTABLE:
             continue
         kind = hints[f.name]
         if typing.get_origin(kind) is not None and type(None) in typing.get_args(kind):
@@ -57,11 +54,11 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
 
 def cmd_compare(args) -> None:
     from ...errors import ConfigError
-    from ..compare import compare  # here: `pals-bench --help` does not load the comparison
+    from ..compare import compare
 
     if args.print_commands and not args.dry_run:
         raise ConfigError("--print-commands goes with --dry-run (it prints the runs instead of training them)")
-    names = {f.name for f in dataclasses.fields(RunConfig)} - set(NOT_OVERRIDDEN)
+    names = {f.name for f in dataclasses.fields(RunConfig)} - set(NOT_SETTABLE)
     overrides = {name: getattr(args, name) for name in sorted(names) if hasattr(args, name)}
     if hasattr(args, "seeds"):
         overrides["seeds"] = args.seeds

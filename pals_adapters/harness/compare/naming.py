@@ -10,20 +10,11 @@ import re
 
 from ..methods.method import current_name
 from ..run_config import RunConfig
+from ..training.run_folder import MAY_CHANGE_ON_RESUME, NOT_COMPARED
 
-# Where a run is, what it logs or writes at the end, how fast it runs, how often it checkpoints: none of
-# them changes a score, so none of them retrains a finished run.
-NOT_IN_DIGEST = (
-    "output_dir",
-    "resume",
-    "overwrite",
-    "logging_steps",
-    "report_to",
-    "export",
-    "threads",
-    "save_steps",
-    "save_total_limit",
-)
+# Where a run is, what it logs or writes at the end, how fast it runs (what a resumed run may change), how
+# often it checkpoints: none of them changes a score, so none of them retrains a finished run.
+NOT_IN_DIGEST = (*NOT_COMPARED, *MAY_CHANGE_ON_RESUME, "save_steps", "save_total_limit")
 
 
 def digest_settings(config: RunConfig) -> dict:

@@ -3,41 +3,23 @@ skipped and named; weight files are written atomically."""
 
 import logging
 import shutil
-import socket
 import types
 from pathlib import Path
 
-import adapters
 import pytest
 import safetensors
 import safetensors.torch
 import torch
-from helpers import fake_checkpoint, glue_dir, tiny_bert_config
-from transformers import BertModel, TrainerCallback
+from helpers import fake_checkpoint, glue_dir
+from task_files import needs_glue
+from transformers import TrainerCallback
 
-import pals_adapters
 from pals_adapters.errors import ConfigError
 from pals_adapters.harness.training import checkpoints
 from pals_adapters.harness.training import runner as harness
 from pals_adapters.harness.training.trainer import MultiTaskTrainer
 
 GLUE = glue_dir()
-needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
-PACKAGE_DIR = Path(pals_adapters.__file__).resolve().parent
-
-
-def wrapped_bert(**kw):
-    model = BertModel(tiny_bert_config(**kw))
-    adapters.init(model)
-    return model.eval()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # --- 2. interrupted runs -------------------------------------------------------------------------
 
 

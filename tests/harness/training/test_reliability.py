@@ -3,23 +3,23 @@ bad-input tables: tests/harness/reliability/)."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 
-import adapters
 import pytest
 import torch
 from adapters import AdapterConfig, AdapterSetup, AutoAdapterModel
 from helpers import REPO, batch, glue_dir, tiny_bert_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from launching import free_port
+from reliability_cases import wrapped_bert
+from task_files import needs_glue
 from transformers import BertModel
 
-import pals_adapters
 from pals_adapters.errors import IntegrityError
 from pals_adapters.harness.data.sampling import make_sampler
 from pals_adapters.harness.methods.model import MultiTaskModel
@@ -28,20 +28,6 @@ from pals_adapters.harness.tasks.glue import GLUE_TASKS
 from pals_adapters.pals.config import ACTIVATIONS, INNER_FUNCTIONS, LAYER_SPANS, PALsConfig
 
 GLUE = glue_dir()
-needs_glue = pytest.mark.skipif(GLUE is None, reason="GLUE data not found: set GLUE_DIR or provide ../shared/glue")
-PACKAGE_DIR = Path(pals_adapters.__file__).resolve().parent
-
-
-def wrapped_bert(**kw):
-    model = BertModel(tiny_bert_config(**kw))
-    adapters.init(model)
-    return model.eval()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- 1. distributed training ---------------------------------------------------------------------
