@@ -1,16 +1,22 @@
 """Projected Attention Layers (PALs) and CA-MTL for the AdapterHub `adapters` library, and a multi-task harness.
 
 ``import pals_adapters`` registers the ``"pals"`` adapter config type and its presets
-(``pals``, ``pals_no_share``, ``low_rank``, ``pals_top_layers``, ``pals_bottom_layers``)::
+(``pals``, ``pals_no_share``, ``low_rank``, ``pals_top_layers``, ``pals_bottom_layers``) and ``"ca_mtl"``::
 
     model.add_adapter("sst", config="pals")
 
 The presets' old names ``pals_top`` / ``pals_bottom`` (`RENAMED_PRESETS`) still work until 0.3, with a
 `RenamedWarning`.
+
+Registration happens once `adapters` is imported, before or after this package (`registration`), and the
+public names below are imported on first use: importing the package itself costs no torch import.
 """
 
-from .accounting import ParameterCount, count_parameters
-from .architectures import ARCHITECTURES, PALSite, supports_pals
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from .errors import (
     AdapterLoadError,
     ConfigError,
@@ -21,22 +27,68 @@ from .errors import (
     UnsupportedModelError,
     UnsupportedOperationError,
 )
-from .pals import (
-    PALS_PRESETS,
-    RENAMED_PRESETS,
-    SUPPORTED_MODEL_TYPES,
-    PALsConfig,
-    ProjectedAttentionLayer,
-    ProjectedSelfAttention,
-    attach_pal_layers,
-    is_pal_adapter,
-    register,
-)
+from .registration import register_when_adapters_imported
 
 __version__ = "0.1.0"
 
-register()  # PALs first, then CA-MTL: their patches of the same adapters functions stack in this order
-from .ca_mtl import CAMTLConfig  # noqa: E402, F401  (importing it registers config="ca_mtl")
+# public name -> the module that defines it (imported on first use)
+_LAZY = {
+    "ParameterCount": ".accounting",
+    "count_parameters": ".accounting",
+    "ARCHITECTURES": ".architectures",
+    "PALSite": ".architectures",
+    "supports_pals": ".architectures",
+    "PALS_PRESETS": ".pals",
+    "RENAMED_PRESETS": ".pals",
+    "SUPPORTED_MODEL_TYPES": ".pals",
+    "PALsConfig": ".pals",
+    "ProjectedAttentionLayer": ".pals",
+    "ProjectedSelfAttention": ".pals",
+    "attach_pal_layers": ".pals",
+    "is_pal_adapter": ".pals",
+    "register": ".pals",
+    "CAMTLConfig": ".ca_mtl",
+}
+
+if TYPE_CHECKING:
+    from .accounting import ParameterCount, count_parameters
+    from .architectures import ARCHITECTURES, PALSite, supports_pals
+    from .ca_mtl import CAMTLConfig
+    from .pals import (
+        PALS_PRESETS,
+        RENAMED_PRESETS,
+        SUPPORTED_MODEL_TYPES,
+        PALsConfig,
+        ProjectedAttentionLayer,
+        ProjectedSelfAttention,
+        attach_pal_layers,
+        is_pal_adapter,
+        register,
+    )
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _register_plugin() -> None:
+    """PALs, then CA-MTL: their patches of the same adapters functions stack in this order. Idempotent."""
+    from .ca_mtl.integration import register as register_ca_mtl
+    from .pals.integration import register as register_pals
+
+    register_pals()
+    register_ca_mtl()
+
+
+register_when_adapters_imported(_register_plugin)
 
 __all__ = [
     "ARCHITECTURES",
@@ -45,6 +97,7 @@ __all__ = [
     "PALS_PRESETS",
     "RENAMED_PRESETS",
     "PALsConfig",
+    "CAMTLConfig",
     "ParameterCount",
     "count_parameters",
     "ProjectedAttentionLayer",

@@ -69,5 +69,3 @@ __all__ = [
     "shared_state_dict",
     "trainable_shared_parameters",
 ]
-
-register()

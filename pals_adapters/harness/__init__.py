@@ -5,22 +5,31 @@ Needs the ``harness`` extra (``pip install "pals-adapters[harness]"``); the plug
 (``import pals_adapters``) does not.
 """
 
-from .compare import compare
-from .data.sampling import make_sampler
-from .export import TaskManifest, export_run, export_task, load_task, load_tasks
-from .methods.accounting import count_method_parameters
-from .methods.backend import MethodBackend, get_backend, register_backend
-from .methods.method import Method
-from .methods.model import MultiTaskModel, build_model
-from .methods.registry import METHODS, get_method, register_method
-from .scoring.evaluate_metric import TaskMetric, task_metric
-from .serving.predictor import MultiTaskPredictor
-from .tasks.glue import GLUE_TASKS, get_task
-from .tasks.spec import TaskSpec
-from .tasks.splits import load_split
-from .tasks.user_tasks import custom_task, load_task_specs
+from ..lazy import lazy_exports
 from .training.run_environment import quiet_deepspeed_cpu_notice
-from .training.runner import RunConfig, run
+
+# public name -> its module, imported on first use (the harness's modules import torch, models and data)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".comparison": ["compare"],
+        ".data.sampling": ["make_sampler"],
+        ".export": ["TaskManifest", "export_run", "export_task", "load_task", "load_tasks"],
+        ".methods.accounting": ["count_method_parameters"],
+        ".methods.backend": ["MethodBackend", "get_backend", "register_backend"],
+        ".methods.method": ["Method"],
+        ".methods.model": ["MultiTaskModel", "build_model"],
+        ".methods.registry": ["METHODS", "get_method", "register_method"],
+        ".scoring.evaluate_metric": ["TaskMetric", "task_metric"],
+        ".serving.predictor": ["MultiTaskPredictor"],
+        ".tasks.glue": ["GLUE_TASKS", "get_task"],
+        ".tasks.spec": ["TaskSpec"],
+        ".tasks.splits": ["load_split"],
+        ".tasks.user_tasks": ["custom_task", "load_task_specs"],
+        ".run_config": ["RunConfig"],
+        ".training.runner": ["run"],
+    },
+)
 
 quiet_deepspeed_cpu_notice()  # a line every run printed, DeepSpeed or not
 

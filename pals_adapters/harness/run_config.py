@@ -10,24 +10,16 @@ from __future__ import annotations
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import ConfigError
-from .checks import (
-    check_added_tasks,
-    check_choices,
-    check_data_location,
-    check_model_limits,
-    check_values,
-    resolve_tasks,
-    take_from_export,
-)
 from .data.sampling import STRATEGIES
-from .methods.method import Method
 from .methods.registry import METHODS, OLD_NAMES, SEPARATE, current_name, get_method
-from .precision import resolve_precision
-from .serving.add_tasks import SharedBase
-from .tasks.spec import TaskSpec
+
+if TYPE_CHECKING:  # the checks load models, tasks and exports: imported by `validate`, not by reading the fields
+    from .methods.method import Method
+    from .serving.add_tasks import SharedBase
+    from .tasks.spec import TaskSpec
 
 
 class Resolved(NamedTuple):
@@ -236,6 +228,17 @@ class RunConfig:
     def validate_and_resolve(self) -> Resolved:
         """`validate`, returning what the checks resolved on the way: the tasks, the export added to (or
         None) and the method, parsed once."""
+        from .checks import (
+            check_added_tasks,
+            check_choices,
+            check_data_location,
+            check_model_limits,
+            check_values,
+            resolve_tasks,
+            take_from_export,
+        )
+        from .precision import resolve_precision
+
         _check_types(self)
         shared, method = take_from_export(self)
         self._default_frozen_base_settings()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from adapters import AdapterConfig
 
 from ..errors import ConfigError, warn_renamed
+from ..presets import PALS_PRESET_SETTINGS, RENAMED_PRESETS
 from .modeling import INIT_SCHEMES
 
 # Widths in the paper are given for BERT-base; other widths scale in proportion.
@@ -122,17 +123,7 @@ class PALsConfig(AdapterConfig):
         return [i for i in span[self.layers] if i not in self.leave_out]
 
 
-# The paper's Table 3 family; sizes are BERT-base figures and scale with the model width.
-PALS_PRESETS = {
-    "pals": PALsConfig(),
-    "pals_no_share": PALsConfig(reference_hidden_size_aug=84, shared_projections=False),
-    "low_rank": PALsConfig(reference_hidden_size_aug=100, shared_projections=False, inner="identity"),
-    "pals_top_layers": PALsConfig(reference_hidden_size_aug=276, layers="top"),
-    "pals_bottom_layers": PALsConfig(reference_hidden_size_aug=276, layers="bottom"),
-}
-
-# Old spelling -> preset (until 0.3): `add_adapter(config="pals_top")` still works, with a `RenamedWarning`.
-RENAMED_PRESETS = {"pals_top": "pals_top_layers", "pals_bottom": "pals_bottom_layers"}
+PALS_PRESETS = {name: PALsConfig(**settings) for name, settings in PALS_PRESET_SETTINGS.items()}
 
 _CONFIG_NAME = re.compile(r"^\s*(\w+)")
 

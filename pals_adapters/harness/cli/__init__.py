@@ -17,11 +17,21 @@ import sys
 
 from ...errors import PalsError
 from ..data.sampling import STRATEGIES
-from ..training.run_environment import torch_threads
-from ..training.runner import RunConfig
-from .commands import cmd_evaluate, cmd_export, cmd_params, cmd_predict, cmd_schedule, cmd_train
+from ..run_config import RunConfig
 from .compare_command import add_compare_parser
 from .options import add_run_options, config_file_defaults
+
+
+def _command(name: str):
+    """The verb ``name`` of `commands`, imported when it runs: the verbs load torch, models and data, which
+    building the parser (and ``--help``) must not pay for."""
+
+    def run(args) -> None:
+        from . import commands
+
+        getattr(commands, name)(args)
+
+    return run
 
 
 def _schedule_defaults(run_defaults: dict | None) -> dict:
@@ -53,11 +63,15 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
         "options win)",
     )
     add_run_options(train)
-    train.set_defaults(func=cmd_train, **(run_defaults or {}))
+    train.set_defaults(func=_command("cmd_train"), **(run_defaults or {}))
 
     for name, func, text in (
-        ("evaluate", cmd_evaluate, "dev-set metrics of exported tasks"),
-        ("predict", cmd_predict, "predictions of exported tasks: their test or dev files, or a file of requests"),
+        ("evaluate", _command("cmd_evaluate"), "dev-set metrics of exported tasks"),
+        (
+            "predict",
+            _command("cmd_predict"),
+            "predictions of exported tasks: their test or dev files, or a file of requests",
+        ),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("export", help="a task export folder, or a run's export folder")
@@ -135,7 +149,7 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     export.add_argument("run", help="the output_dir of a `pals-bench train` run")
     export.add_argument("--checkpoint", default=None, help="a checkpoint-N folder (default: the newest complete one)")
     export.add_argument("--out", default=None, help="default: <run>/export")
-    export.set_defaults(func=cmd_export)
+    export.set_defaults(func=_command("cmd_export"))
 
     sched = sub.add_parser("schedule", help="print (and plot) a sampler's task probabilities over training")
     sched.add_argument(
@@ -166,7 +180,7 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     )
     sched.add_argument("--every", type=int, default=None, help="print a row every N steps")
     sched.add_argument("--plot", default=None, help="write a PNG here")
-    sched.set_defaults(func=cmd_schedule, **_schedule_defaults(run_defaults))
+    sched.set_defaults(func=_command("cmd_schedule"), **_schedule_defaults(run_defaults))
 
     add_compare_parser(sub)
 
@@ -179,7 +193,7 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
         help="harness method names (pals_adapters.harness.methods) or adapters config names",
     )
     params.add_argument("--n-tasks", type=int, default=8, help="number of tasks sharing the base")
-    params.set_defaults(func=cmd_params)
+    params.set_defaults(func=_command("cmd_params"))
     return parser
 
 
@@ -193,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser, with its usage (not the list of commands)
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    from ..training.run_environment import torch_threads  # torch: once a verb runs
+
     try:
         with torch_threads(args.threads if args.command in ("evaluate", "predict") else None):
             args.func(args)

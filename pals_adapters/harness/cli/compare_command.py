@@ -9,8 +9,8 @@ import shlex
 import sys
 import typing
 
-from ..compare.grid import NOT_SETTABLE  # what compare decides per run: no option
-from ..training.runner import RunConfig
+from ..comparison.grid import NOT_SETTABLE  # what compare decides per run: no option
+from ..run_config import RunConfig
 
 
 def add_compare_parser(sub) -> argparse.ArgumentParser:
@@ -54,7 +54,7 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
 
 def cmd_compare(args) -> None:
     from ...errors import ConfigError
-    from ..compare import compare
+    from ..comparison import compare
 
     if args.print_commands and not args.dry_run:
         raise ConfigError("--print-commands goes with --dry-run (it prints the runs instead of training them)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from ...errors import ConfigError, PalsError
-from ..training.runner import RunConfig
+from ..run_config import RunConfig
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

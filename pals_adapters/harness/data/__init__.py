@@ -5,7 +5,14 @@ of several mixed (`batches`).
 A new sampler is one family in `sampling.TaskSampler` plus its name in `STRATEGIES`.
 """
 
-from .batches import MultiTaskBatches
-from .sampling import STRATEGIES, TaskSampler, make_sampler
+from ...lazy import lazy_exports
 
-__all__ = ["STRATEGIES", "MultiTaskBatches", "TaskSampler", "make_sampler"]
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".batches": ["MultiTaskBatches"],
+        ".sampling": ["STRATEGIES", "TaskSampler", "make_sampler"],
+    },
+)
+
+__all__ = ["MultiTaskBatches", "STRATEGIES", "TaskSampler", "make_sampler"]

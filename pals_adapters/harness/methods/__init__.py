@@ -7,18 +7,24 @@ A new method family is one backend module here (subclass `MethodBackend`, call `
 and one `register_method` entry.
 """
 
-from . import adapter_configs, ca_mtl, heads, peft_lora, top_layers  # noqa: F401  (each registers itself)
-from .backend import MethodBackend, get_backend, register_backend
-from .method import BASE_MODES, Method
-from .registry import METHODS, OLD_NAMES, current_name, get_method, register_method
+from ...lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".backend": ["MethodBackend", "get_backend", "register_backend"],
+        ".method": ["BASE_MODES", "Method"],
+        ".registry": ["METHODS", "OLD_NAMES", "current_name", "get_method", "register_method"],
+    },
+)
 
 __all__ = [
     "BASE_MODES",
     "METHODS",
-    "OLD_NAMES",
     "Method",
-    "current_name",
     "MethodBackend",
+    "OLD_NAMES",
+    "current_name",
     "get_backend",
     "get_method",
     "register_backend",

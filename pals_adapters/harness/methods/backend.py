@@ -8,6 +8,7 @@ so a new family is one new file that subclasses `MethodBackend` and calls `regis
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -112,9 +113,22 @@ class MethodBackend:
 
 _BACKENDS: dict[str, type[MethodBackend]] = {}
 
+# The built-in families, imported (each registers itself) when a backend is first asked for or registered:
+# they import torch, adapters and peft, which reading a method name or `pals-bench --help` must not pay.
+_BUILT_IN = ("adapter_configs", "ca_mtl", "heads", "peft_lora", "top_layers")
+_built_in_state = {"imported": False}
+
+
+def _import_built_in() -> None:
+    if not _built_in_state["imported"]:
+        _built_in_state["imported"] = True  # first: each module registers through register_backend
+        for module in _BUILT_IN:
+            importlib.import_module(f".{module}", __package__)
+
 
 def register_backend(backend: type[MethodBackend]) -> type[MethodBackend]:
     """Makes a backend available by its ``kind`` (usable as a class decorator)."""
+    _import_built_in()  # a new backend never takes a built-in kind by coming first
     existing = _BACKENDS.get(backend.kind)
     if existing is not None and existing is not backend:
         raise ConfigError(f"a method backend named {backend.kind!r} is already registered ({existing.__name__})")
@@ -124,6 +138,7 @@ def register_backend(backend: type[MethodBackend]) -> type[MethodBackend]:
 
 def get_backend(kind: str) -> type[MethodBackend]:
     """The backend class registered under ``kind``."""
+    _import_built_in()
     if kind not in _BACKENDS:
         raise UnknownNameError("method backend", kind, _BACKENDS)
     return _BACKENDS[kind]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, UnknownNameError
-from ...pals.config import RENAMED_PRESETS
+from ...presets import RENAMED_PRESETS
 
 BASE_MODES = ("frozen", "finetune")
 # The papers' baseline of one fine-tuned model per task: a run trains one task (as `shared`, fine-tuned);

@@ -13,8 +13,7 @@ import dataclasses
 import re
 
 from ...errors import ConfigError, UnknownNameError, warn_renamed
-from ...pals import PALS_PRESETS
-from .backend import get_backend
+from ...presets import PALS_PRESET_SETTINGS
 from .method import (  # noqa: F401  (public here too)
     BASE_MODES,
     OLD_NAMES,
@@ -25,7 +24,7 @@ from .method import (  # noqa: F401  (public here too)
 )
 
 METHODS: dict[str, Method] = {
-    **{name: Method(name, "adapters", adapter_config=name) for name in PALS_PRESETS},
+    **{name: Method(name, "adapters", adapter_config=name) for name in PALS_PRESET_SETTINGS},
     "houlsby": Method("houlsby", "adapters", adapter_config="double_seq_bn"),
     "lora": Method("lora", "adapters", adapter_config="lora"),
     "peft_lora": Method("peft_lora", "peft"),
@@ -44,6 +43,8 @@ METHODS: dict[str, Method] = {
 def register_method(method: Method) -> Method:
     """Makes ``method`` available by its name (in the CLI, configs and benchmarks). With
     `pals_adapters.harness.register_backend`, a new method family is one new file."""
+    from .backend import get_backend  # backends import torch, which reading a method's name must not
+
     existing = METHODS.get(method.name)
     if existing is not None and existing != method:
         raise ConfigError(f"a method named {method.name!r} is already registered: {existing}")
@@ -67,6 +68,8 @@ def canonical_name(name: str) -> str:
 
 def get_method(spec: str) -> Method:
     """``"pals"`` or ``"pals[hidden_size_aug=64]"`` -> `Method`, with its settings checked by its backend."""
+    from .backend import get_backend
+
     match = _NAME_WITH_SETTINGS.match(spec) if isinstance(spec, str) else None
     if not match:
         raise ConfigError(f"method {spec!r}: write it as NAME or NAME[key=value,...]")

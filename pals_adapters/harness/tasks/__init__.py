@@ -6,9 +6,16 @@
 A new task source is one module here that returns `TaskSpec`s.
 """
 
-from .glue import GLUE_TASKS, get_task
-from .spec import TaskSpec
-from .splits import load_split
-from .user_tasks import custom_task, load_task_specs
+from ...lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".glue": ["GLUE_TASKS", "get_task"],
+        ".spec": ["TaskSpec"],
+        ".splits": ["load_split"],
+        ".user_tasks": ["custom_task", "load_task_specs"],
+    },
+)
 
 __all__ = ["GLUE_TASKS", "TaskSpec", "custom_task", "get_task", "load_split", "load_task_specs"]

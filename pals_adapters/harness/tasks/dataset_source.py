@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
+
+if TYPE_CHECKING:  # imported where a dataset is opened: a task's spec is read without it
+    import datasets
 
 LOAD_KEYS = ("path", "name", "revision", "data_dir", "data_files")  # passed to datasets.load_dataset
 DISK_KEY = "from_disk"
@@ -139,6 +140,8 @@ def _folder_state(base: Path, source: dict) -> tuple:
 
 
 def _open(source: dict, base: Path) -> datasets.DatasetDict:
+    import datasets
+
     where = describe(source)
     if DISK_KEY in source:
         folder = _absolute(base, source[DISK_KEY])
@@ -196,6 +199,8 @@ def _first_line(exc: Exception) -> str:
 
 def _configurations(kwargs: dict) -> str:
     """The dataset's configurations, as ``datasets`` can list them ("" when it cannot)."""
+    import datasets
+
     try:
         names = datasets.get_dataset_config_names(kwargs["path"], revision=kwargs.get("revision"))
     except Exception:  # an unknown dataset has no configurations to list
@@ -208,6 +213,8 @@ def _configurations(kwargs: dict) -> str:
 
 def select_split(loaded: datasets.DatasetDict, expression: str, where: str) -> datasets.Dataset:
     """The split a task names: a split of the dataset, or a slice of one (``train[:90%]``, ``test[10:20]``)."""
+    import datasets
+
     try:
         instruction = datasets.ReadInstruction.from_spec(expression)
     except (AssertionError, ValueError) as exc:

@@ -17,8 +17,6 @@ import logging
 import os
 from collections.abc import Iterator
 
-import torch
-
 from ...errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -58,6 +56,8 @@ def torch_threads(count: int | None):
         return
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigError(f"threads={count!r}: give a whole number >= 1 (or leave it unset)")
+    import torch  # here: the CLI imports this module to build its parser
+
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

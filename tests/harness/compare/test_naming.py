@@ -4,7 +4,7 @@ import dataclasses
 import warnings
 
 from pals_adapters.harness import RunConfig
-from pals_adapters.harness.compare.naming import run_folder_name, settings_digest
+from pals_adapters.harness.comparison.naming import run_folder_name, settings_digest
 
 
 def test_the_digest_follows_the_scores_settings_only():

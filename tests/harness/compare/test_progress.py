@@ -6,8 +6,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pals_adapters.harness import RunConfig
-from pals_adapters.harness.compare.grid import PlannedRun
-from pals_adapters.harness.compare.runs import Progress
+from pals_adapters.harness.comparison.grid import PlannedRun
+from pals_adapters.harness.comparison.runs import Progress
 
 
 def test_the_line_names_the_runs_done_the_current_step_and_the_time_left(monkeypatch):
@@ -18,7 +18,7 @@ def test_the_line_names_the_runs_done_the_current_step_and_the_time_left(monkeyp
     clock = [1000.0]
     # the module by its name: `pals_adapters.harness.compare` as an attribute is the function
     monkeypatch.setattr(
-        importlib.import_module("pals_adapters.harness.compare.runs"), "time", SimpleNamespace(time=lambda: clock[0])
+        importlib.import_module("pals_adapters.harness.comparison.runs"), "time", SimpleNamespace(time=lambda: clock[0])
     )
     callback = progress.step_callback(run)  # the run starts at t=1000
     clock[0] = 1010.0  # 10 s for 50 of 200 steps: 30 s left of this run, then 2 more runs of about 40 s

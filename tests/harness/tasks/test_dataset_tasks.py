@@ -13,7 +13,7 @@ from datasets.exceptions import DatasetNotFoundError
 
 from pals_adapters.errors import ConfigError, DataError
 from pals_adapters.harness.cli import main
-from pals_adapters.harness.compare.grid import plan_runs, read_grid
+from pals_adapters.harness.comparison.grid import plan_runs, read_grid
 from pals_adapters.harness.export.card import dataset_of
 from pals_adapters.harness.export.manifest import read_task_manifest
 from pals_adapters.harness.tasks import dataset_source

@@ -1,5 +1,12 @@
 """`compare`: methods compared on the same tasks, data and budget, from one grid file (``pals-bench compare``)."""
 
-from .api import compare
+from ...lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".api": ["compare"],
+    },
+)
 
 __all__ = ["compare"]

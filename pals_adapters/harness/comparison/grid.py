@@ -9,13 +9,15 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from ...errors import ConfigError, PalsError
 from ..run_config import RunConfig
-from ..tasks.spec import TaskSpec
-from .naming import run_folder_name, settings_digest
+
+if TYPE_CHECKING:
+    from ..tasks.spec import TaskSpec
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 # Where a run is or what it continues: compare decides these for every run.
@@ -158,6 +160,8 @@ def _read_rows(rows_data, seeds: list[int], where: str) -> list[Row]:
 def plan_runs(grid: Grid, output_dir: str | Path) -> list[PlannedRun]:
     """Every run of the grid, each checked as ``train`` checks it (ConfigError naming the row); nothing is
     written. Runs of the same settings (two rows alike) share one folder."""
+    from .naming import run_folder_name, settings_digest  # the run folder's rules: imported when runs are planned
+
     runs_dir = Path(output_dir) / "runs"
     planned = []
     for row in grid.rows:
