@@ -7,6 +7,7 @@ package's ``__init__`` lists its names by module and imports a module when one o
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 
 
@@ -15,6 +16,10 @@ def lazy_exports(package: str, modules: Mapping[str, Sequence[str]]) -> tuple[Ca
     to the public names it defines."""
     where = {name: module for module, names in modules.items() for name in names}
     namespace = importlib.import_module(package).__dict__  # the package being initialised: it is in sys.modules
+    # Importing a submodule sets the package's attribute of its name to the module, over a lazy name's value.
+    clashes = sorted(set(where) & {found.name for found in pkgutil.iter_modules(namespace.get("__path__", []))})
+    if clashes:
+        raise ImportError(f"{package}: {', '.join(clashes)} would be both a public name and a module of the package")
 
     def __getattr__(name: str):
         if name not in where:

@@ -6,25 +6,18 @@ config, tokenizer); `manifest` is the typed record both use; `fingerprint` ident
 `files` checks files; `staging` swaps a whole export in at once.
 """
 
-from ...lazy import lazy_exports
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        ".files": ["BASE_DIR"],
-        ".fingerprint": ["base_config", "base_state_dict", "fingerprint", "fingerprint_model", "tokenizer_fingerprint"],
-        ".manifest": [
-            "BaseManifest",
-            "EvaluationRecord",
-            "MethodRecord",
-            "TaskManifest",
-            "read_base_manifest",
-            "read_task_manifest",
-        ],
-        ".read": ["load_task", "load_tasks", "load_tokenizer", "task_folders"],
-        ".write": ["export_base", "export_run", "export_task"],
-    },
+from .files import BASE_DIR
+from .fingerprint import base_config, base_state_dict, fingerprint, fingerprint_model, tokenizer_fingerprint
+from .manifest import (
+    BaseManifest,
+    EvaluationRecord,
+    MethodRecord,
+    TaskManifest,
+    read_base_manifest,
+    read_task_manifest,
 )
+from .read import load_task, load_tasks, load_tokenizer, task_folders
+from .write import export_base, export_run, export_task
 
 __all__ = [
     "BASE_DIR",
