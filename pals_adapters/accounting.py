@@ -5,8 +5,9 @@ from typing import Union
 
 import adapters
 import torch
+import transformers
 from torch import nn
-from transformers import AutoModel, PretrainedConfig
+from transformers import PretrainedConfig
 
 from .errors import ConfigError
 from .pretrained import pretrained_config
@@ -35,7 +36,7 @@ class ParameterCount:
 
 def _meta_model(model_config: PretrainedConfig):
     with torch.device("meta"):
-        return AutoModel.from_config(model_config)
+        return transformers.AutoModel.from_config(model_config)
 
 
 def _numel(model) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig
+import transformers  # AutoModel and AutoTokenizer are read where one is loaded: they import the modeling stack
+from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-from transformers.models.auto.tokenization_auto import get_tokenizer_config
 
 from .errors import UnsupportedModelError
 
@@ -38,6 +38,8 @@ def check_no_remote_code(source: str, config_dict: dict | None = None) -> None:
     """Refuses a model (hub name or folder) whose config or tokenizer config asks for its own code.
 
     Reads only JSON files; a missing source raises transformers' own OSError (the callers word it)."""
+    from transformers.models.auto.tokenization_auto import get_tokenizer_config
+
     if config_dict is None:
         config_dict, _ = PretrainedConfig.get_config_dict(source)
     asked = {"config.json": _entries(config_dict.get("auto_map") or {})}
@@ -66,9 +68,9 @@ def pretrained_config(source: str, **kwargs) -> PretrainedConfig:
 
 
 def pretrained_model(source: str, **kwargs):
-    """`AutoModel.from_pretrained` with remote code off, after `check_no_remote_code`."""
+    """`transformers.AutoModel.from_pretrained` with remote code off, after `check_no_remote_code`."""
     check_no_remote_code(source)
-    return AutoModel.from_pretrained(source, **kwargs, **NO_REMOTE_CODE)
+    return transformers.AutoModel.from_pretrained(source, **kwargs, **NO_REMOTE_CODE)
 
 
 def pretrained_tokenizer(source: str, **kwargs):
@@ -79,4 +81,4 @@ def pretrained_tokenizer(source: str, **kwargs):
     except OSError:
         config_dict = {}
     check_no_remote_code(source, config_dict)
-    return AutoTokenizer.from_pretrained(source, **kwargs, **NO_REMOTE_CODE)
+    return transformers.AutoTokenizer.from_pretrained(source, **kwargs, **NO_REMOTE_CODE)

@@ -30,6 +30,7 @@ IMPORTS = {  # what a user's program pays on its first line, and what the help l
     "import pals_adapters.harness": "import pals_adapters.harness",
     "import torch": "import torch",
     "import adapters": "import adapters",
+    "from adapters import AutoAdapterModel": "from adapters import AutoAdapterModel",  # a program that builds one
     "import pals_adapters, adapters": "import pals_adapters, adapters; adapters.AdapterConfig.load('pals')",
 }
 

@@ -5,7 +5,8 @@ from typing import Union
 
 import adapters
 import torch
-from transformers import AutoModel, PretrainedConfig
+import transformers
+from transformers import PretrainedConfig
 
 from ..errors import ConfigError
 from ..pretrained import pretrained_config
@@ -53,7 +54,7 @@ def count_ca_mtl_parameters(
     if n_tasks < 1:
         raise ConfigError(f"n_tasks={n_tasks}: must be >= 1")
     with torch.device("meta"):
-        model = AutoModel.from_config(model_config)
+        model = transformers.AutoModel.from_config(model_config)
         base = sum(p.numel() for p in model.parameters())
         adapters.init(model)
         model.add_adapter("task", config=config)
