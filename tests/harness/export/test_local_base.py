@@ -13,10 +13,14 @@ import pytest
 import torch
 from helpers import REPO, tiny_run_config
 from huggingface_hub import ModelCard
+from transformers import AutoTokenizer
 
 from pals_adapters.errors import AdapterLoadError
 from pals_adapters.harness.cli import main
-from pals_adapters.harness.export import load_task, load_tokenizer, read_task_manifest
+from pals_adapters.harness.export import export_run, load_task, load_tokenizer, read_task_manifest
+from pals_adapters.harness.methods.model import build_model
+from pals_adapters.harness.methods.registry import get_method
+from pals_adapters.harness.tasks.spec import spec_from_json
 from pals_adapters.harness.training.runner import run
 
 BASE = "base-model"
@@ -48,29 +52,39 @@ def project(tmp_path_factory, tiny_model_dir):
         run(tiny_run_config(project / BASE, folder, **tasks, base=base, max_steps=2, **cadence))
         checkpoint = ["--checkpoint", str(folder / "checkpoint-2"), "--out", str(folder / "ck")]
         assert main(["export", str(folder), *checkpoint]) == 0
+    # PEFT's LoRA (its adapter_config.json names the base too), exported without training
+    specs = {name: spec_from_json(spec) for name, spec in json.loads((folder / "run_tasks.json").read_text()).items()}
+    lora = build_model(str(project / BASE), specs, get_method("peft_lora"), "frozen")
+    tokenizer = AutoTokenizer.from_pretrained(project / BASE)
+    export_run(lora, project / "run-peft" / "export", base_model_name=str(project / BASE), tokenizer=tokenizer)
     return project
 
 
 def _local_names(project: Path) -> dict[str, str]:
-    names = {"project": str(project), "resolved": str(project.resolve()), "environment": sys.prefix}
+    names = {"tmp": str(project.parent), "resolved": str(project.resolve()), "environment": sys.prefix}
     return {**names, "home": str(Path.home()), "checkout": str(REPO)}
 
 
-@pytest.mark.parametrize("base", ["frozen", "finetune"])
+@pytest.mark.parametrize("base", ["frozen", "finetune", "peft"])
 def test_no_exported_file_names_the_local_base_by_its_absolute_path(project, base):
     run_dir = project / f"run-{base}"
-    for export in (run_dir / "export", run_dir / "ck"):
+    if base == "peft":
+        config = json.loads((run_dir / "export" / "mood" / "adapter_config.json").read_text())
+        assert config["base_model_name_or_path"] == BASE
+    for export in [run_dir / "export"] + ([run_dir / "ck"] if base != "peft" else []):
         task = export / "mood"
         assert read_task_manifest(task).base_model_name == RECORDED
         if base == "finetune":
             assert json.loads((export / "base" / "manifest.json").read_text())["base_model_name"] == RECORDED
         # files meant for other people name the folder only
-        assert json.loads((task / "adapter_config.json").read_text())["model_name"] == BASE
-        assert json.loads((task / "head_config.json").read_text())["model_name"] == BASE
-        card = ModelCard.load(task / "README.md")
-        assert card.data.base_model is None and f"\nmodel: {BASE}\n" in card.text and f"--model {BASE} " in card.text
+        if base != "peft":
+            assert json.loads((task / "adapter_config.json").read_text())["model_name"] == BASE
+            assert json.loads((task / "head_config.json").read_text())["model_name"] == BASE
+            card = ModelCard.load(task / "README.md")
+            assert f"\nmodel: {BASE}\n" in card.text and f"--model {BASE} " in card.text  # the run's settings
+        assert ModelCard.load(task / "README.md").data.base_model is None  # the hub takes ids only
         files = [path for path in export.rglob("*") if path.is_file()]
-        assert len(files) >= 7  # the weights, configs, head, card and manifest (and the base's files)
+        assert len(files) >= 5  # the weights, configs, head, card and manifest (and the base's files)
         for path in files:
             text = path.read_bytes().decode("utf-8", errors="replace")
             found = [what for what, name in _local_names(project).items() if name in text]
