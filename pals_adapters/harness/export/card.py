@@ -295,9 +295,9 @@ def _results(manifest: TaskManifest, spec: TaskSpec) -> list[str]:
     lines = ["## Dev results", ""]
     if not manifest.metrics:
         return lines + ["None recorded with this export; `pals-bench evaluate .` scores the task here."]
-    lines.append(
-        f"As the run measured them at its end, on {_scope(manifest, spec)} (`pals-bench evaluate .` repeats it):"
-    )
+    step = manifest.evaluation.step if manifest.evaluation else None  # a checkpoint's, or the run's end
+    when = "at its end" if step is None else f"at step {step} (the checkpoint exported here)"
+    lines.append(f"As the run measured them {when}, on {_scope(manifest, spec)} (`pals-bench evaluate .` repeats it):")
     return lines + ["", "| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in manifest.metrics.items()]
 
 

@@ -150,6 +150,31 @@ def shared_base_name(name: str | None) -> str | None:
     return name
 
 
+def recorded_base_name(name: str | None, seen_from: str | os.PathLike) -> str | None:
+    """The base as an export's manifest records it: a hub id or the bundled model's name as given; a local
+    folder by its path from ``seen_from`` (the export's task or base folder: ``../../models/my-bert``), never a
+    local absolute path, so that an export moved whole with its base still finds it (`base_location`)."""
+    if not name or name in BUNDLED_HUB_IDS or not is_local_path(name):
+        return name
+    here = os.path.normpath(os.path.abspath(seen_from))
+    try:
+        relative = Path(os.path.relpath(os.path.abspath(os.path.expanduser(name)), here)).as_posix()
+    except ValueError:  # another drive (Windows): by its name (found with --base-model / base=)
+        return shared_base_name(name)
+    return relative if relative.startswith("../") else f"./{relative}"
+
+
+def base_location(name: str | None, seen_from: str | os.PathLike) -> str | None:
+    """Where the base a manifest records (`recorded_base_name`) is on this machine: a folder recorded from the
+    export (``./``, ``../``) as seen from ``seen_from`` (the manifest's folder); a hub id, the bundled model's
+    name or the absolute folder of an export written before, as recorded. (Exports written before also named
+    a relative folder from the directory they ran in: that is used where the export's view finds none.)"""
+    if not name or not name.startswith(("./", "../")):
+        return name
+    found = os.path.normpath(os.path.join(os.path.abspath(seen_from), name))
+    return name if not os.path.isdir(found) and os.path.isdir(name) else found
+
+
 def hub_model_id(name: str | None) -> str | None:
     """The base's hub model id, or None where it came from a local folder (the hub takes only ids)."""
     if not name or (name not in BUNDLED_HUB_IDS and is_local_path(name)):

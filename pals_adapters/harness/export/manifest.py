@@ -47,6 +47,7 @@ class EvaluationRecord:
     glue_dir: str | None = None  # by its name (see `library_heads.data_source_name`)
     data_source: str | None = None
     examples_scored: dict[str, dict[str, int]] | None = None  # task -> dev split -> examples scored
+    step: int | None = None  # the training step the metrics were measured at (a checkpoint's); None: the run's end
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from .fingerprint import (
     shared_state_dict,
     tokenizer_differences,
 )
+from .library_heads import base_location
 from .manifest import MANIFEST, TaskManifest, manifest_contents, read_base_manifest, read_task_manifest
 from .manifest_fields import check_task_size
 from .write import HEAD_FILE, SHARED_MODULES_FILE
@@ -71,11 +72,25 @@ def _method_from_manifest(manifest: TaskManifest, where: Path):
     return method
 
 
-# A base recorded by name (a relative folder is looked up from the current directory, else on the Hub).
+# A base recorded by name (a local folder by its path from the task folder: `library_heads.base_location`).
 _WHERE_IS_THE_BASE = (
     "\nIf the base is a folder that is not found from here, give its place: --base-model PATH (pals-bench "
     "evaluate / predict) or base=PATH (load_task)"
 )
+
+
+def recorded_base(manifest: TaskManifest, folder: Path) -> str:
+    """The base a task's manifest names, where it is on this machine (`base_location`); a local folder recorded
+    from the export that is not there (the export moved without it) is refused, saying how to give it."""
+    if not manifest.base_model_name:
+        raise AdapterLoadError(f"{folder / MANIFEST} names no base model; pass base=")
+    location = base_location(manifest.base_model_name, folder)
+    if location != manifest.base_model_name and not os.path.isdir(location):
+        raise AdapterLoadError(
+            f"{folder} needs its base, the local folder {manifest.base_model_name!r} seen from the task folder "
+            f"({location}), which is not there: the export moved without it.{_WHERE_IS_THE_BASE}"
+        )
+    return location
 
 
 def _from_pretrained(source: str, manifest: TaskManifest, allow_pickle: bool) -> PreTrainedModel:
@@ -111,9 +126,7 @@ def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -
                 "write it); copy it there or pass base="
             )
     elif base is None:
-        if not manifest.base_model_name:
-            raise AdapterLoadError(f"{folder / MANIFEST} names no base model; pass base=")
-        base = resolve_model(manifest.base_model_name)
+        base = resolve_model(recorded_base(manifest, folder))
     source = Path(base)
     if exported_base or (source / MANIFEST).exists():
         _check_exported_base(source, manifest, allow_pickle)
@@ -250,7 +263,7 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
         if first.base_mode == "finetune":
             wanted = f"the fine-tuned base exported with it ({first.base_path} next to the task folder)"
         else:
-            wanted = f"the unchanged pretrained base {first.base_model_name!r}"
+            wanted = f"the unchanged pretrained base {base_location(first.base_model_name, first_folder)!r}"
         raise AdapterLoadError(
             f"the base from {source} has fingerprint {got}, but {first_folder} was trained on a base with "
             f"fingerprint {expected}: load it with {wanted}"
@@ -280,13 +293,18 @@ def load_tokenizer(exports, base: str | None = None):
     folders = [folder for item in items for folder in task_folders(item)]
     folder = folders[0]
     manifest = read_task_manifest(folder)
-    source = base or resolve_model(manifest.base_model_name or "")
-    if base is None and manifest.base_mode == "finetune":
+    if base is not None:
+        source = base
+    elif manifest.base_mode == "finetune":
         exported = (folder / manifest.base_path).resolve()
         checked = read_base_manifest(exported)
         verify_files(exported, checked.files)
         if "tokenizer_config.json" in checked.files:  # exported with its tokenizer (every run is)
             source = exported
+        else:  # an export written before bases carried their tokenizer: the pretrained model's
+            source = resolve_model(base_location(manifest.base_model_name, folder) or "")
+    else:
+        source = resolve_model(recorded_base(manifest, folder))
     try:
         tokenizer = pretrained_tokenizer(str(source))
     except PalsError:

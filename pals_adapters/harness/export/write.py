@@ -51,6 +51,7 @@ from .library_heads import (
     data_source_name,
     named_base,
     peft_head_fits,
+    recorded_base_name,
     save_adapters_head,
     shared_base_name,
 )
@@ -113,7 +114,7 @@ def _write_base(model: MultiTaskModel, folder: Path, tokenizer, base: _Base, bas
         fingerprint=base.fingerprint,
         dtype=base.dtype,
         files=hash_files(folder),
-        base_model_name=base_model_name,
+        base_model_name=recorded_base_name(base_model_name, folder),  # a local folder from here
         attn_implementation=backbone.config._attn_implementation,
         tokenizer_files=base.tokenizer_files,
     )
@@ -172,7 +173,7 @@ def _write_task(
         base_dtype=base.dtype,
         files=hash_files(folder),
         base_config=base.config,
-        base_model_name=base_model_name,
+        base_model_name=recorded_base_name(base_model_name, folder),  # a local folder from here
         attn_implementation=model.backbone.config._attn_implementation,
         base_path=None if base_mode == "frozen" else f"../{BASE_DIR}",
         metrics=metrics,

@@ -8,14 +8,16 @@ pretrained model it names), its method and its tokenizer. `shared_base_of` reads
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import AdapterLoadError, ConfigError
 from ...pretrained import pretrained_tokenizer
 from ..export.files import BASE_DIR, verify_files
+from ..export.library_heads import base_location
 from ..export.manifest import manifest_contents, read_base_manifest
-from ..export.read import check_tokenizer, checked_task_folder, task_folders
+from ..export.read import check_tokenizer, checked_task_folder, recorded_base, task_folders
 from ..methods.method import Method
 from ..methods.model import resolve_model
 
@@ -80,14 +82,14 @@ def shared_base_of(export_dir: str | Path) -> SharedBase:
     else:
         if not first.base_model_name:
             raise AdapterLoadError(f"{export_dir}: its tasks name no base model")
-        source = first.base_model_name
+        source = recorded_base(first, folders[0])  # a local folder that is not there is refused here
     return SharedBase(
         export_dir,
         method,
         first.base_mode,
         first.base_fingerprint,
         source,
-        first.base_model_name,
+        base_location(first.base_model_name, folders[0]),  # a local folder where it is on this machine
         tuple(spec.name for _, spec, _ in checked),
     )
 
@@ -128,7 +130,11 @@ def check_new_tasks(shared: SharedBase, tasks, method: Method, replace: bool = F
 
 def check_model(shared: SharedBase, model: str) -> None:
     """A model given with add_to must be the export's base (it is what the new task trains on)."""
-    if model not in shared.names() and str(resolve_model(model)) not in shared.names():
+    given, names = {model, str(resolve_model(model)), str(Path(model).resolve())}, shared.names()
+    origin = shared.base_model_name
+    if origin and os.path.isabs(origin) and not os.path.exists(origin):  # a folder not found from the moved export
+        given, names = given | {Path(model).name}, names | {Path(origin).name}  # known by its name only
+    if not given & names:
         raise ConfigError(
             f"add_to={shared.export_dir}: model={model!r} is not the export's base ({shared.source}"
             + (f", made from {shared.base_model_name}" if shared.base_model_name != shared.source else "")

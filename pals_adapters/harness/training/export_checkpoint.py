@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from dataclasses import fields
 from pathlib import Path
 
 import safetensors.torch
 
-from ...errors import AdapterLoadError, ConfigError
+from ...errors import AdapterLoadError, ConfigError, PalsError
 from ...pretrained import pretrained_tokenizer
 from ..checks import resolve_tasks
 from ..export import export_run, fingerprint_model
 from ..export.added_tasks import export_added_tasks
+from ..export.manifest import EvaluationRecord as Evaluation
 from ..methods.model import build_model, resolve_model
 from ..methods.registry import current_name, get_method
 from ..run_config import RunConfig
+from ..scoring.report import task_metrics
 from ..serving.add_tasks import SharedBase, check_new_tasks, export_tokenizer, shared_base_of
 from ..tasks.spec import spec_from_json
 from .checkpoints import (
@@ -26,14 +30,16 @@ from .checkpoints import (
     last_complete_checkpoint,
 )
 from .run_folder import MODEL_FOLDER
-from .runner import evaluation_record
+from .runner import evaluation_record, load_dev_sets
 from .sharding import load_sharded_checkpoint
+
+logger = logging.getLogger(__name__)
 
 
 def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict, str]:
     """The run's settings, its tasks as they were resolved when it started (labels in their order then,
-    whatever the task file says now), and where its model is from this directory (exports keep its name as
-    given)."""
+    whatever the task file says now), and its model: the name given, or the folder that finds it from this
+    directory (exports record a local folder by its path from the export)."""
     config_path = run_dir / RUN_CONFIG
     if not config_path.is_file():
         raise ConfigError(f"{config_path}: missing; point to the output_dir of a `pals-bench train` run")
@@ -56,7 +62,7 @@ def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict, str]:
             raise ConfigError(f"{tasks_path}: not a record of the run's tasks ({err})") from err
     else:
         specs = resolve_tasks(config)
-    return config, specs, resolve_model(source)
+    return config, specs, source
 
 
 def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | None = None) -> dict[str, str]:
@@ -91,7 +97,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
         model = build_model(source, specs, method, config.base)
         load_sharded_checkpoint(model, Path(checkpoint))
-        return _export(config, specs, shared, model, run_dir, out, model_source)
+        return _export(config, specs, shared, model, run_dir, out, model_source, Path(checkpoint))
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
         raise ConfigError(f"{weights}: missing; give a checkpoint-N folder of the run")
@@ -106,7 +112,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             f"{weights} does not match the run's model: missing {sorted(missing)[:4]}, "
             f"unexpected {sorted(unexpected)[:4]}"
         )
-    return _export(config, specs, shared, model, run_dir, out, model_source)
+    return _export(config, specs, shared, model, run_dir, out, model_source, Path(checkpoint))
 
 
 def _check_own_checkpoint(run_dir: Path, checkpoint: Path) -> None:
@@ -133,40 +139,73 @@ def _check_out_folder(run_dir: Path, out: Path) -> None:
         )
 
 
+def _checkpoint_scores(checkpoint: Path, config: RunConfig, specs: dict, tokenizer) -> tuple[dict | None, Evaluation]:
+    """The dev scores the run measured at the checkpoint's step (its ``trainer_state.json``) by task, and the
+    evaluation record with the number of dev examples of each split they are of (the run's dev sets, read
+    again as the run read them). (None, the record without counts) where the run did not score at that step,
+    or where its dev sets cannot be read now: a card never states scores without what they were measured on."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        step = state["global_step"]
+        scored = [e for e in state["log_history"] if e.get("step") == step and any(k.startswith("eval_") for k in e)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        scored = []
+    if not scored:
+        return None, evaluation_record(config)
+    try:
+        dev = load_dev_sets(config, specs, tokenizer)
+    except (PalsError, OSError, ValueError) as err:
+        logger.warning(
+            "the dev scores of %s are left out of the export: its dev sets cannot be read to count the examples "
+            "scored (%s); `pals-bench evaluate EXPORT` scores its tasks",
+            checkpoint.name,
+            err,
+        )
+        return None, evaluation_record(config)
+    metrics = {key[len("eval_") :]: value for key, value in scored[-1].items() if key.startswith("eval_")}
+    per_task = {task: task_metrics(metrics, task, specs) for task in specs}
+    return per_task, dataclasses.replace(evaluation_record(config, dev), step=step)
+
+
 def _export(
-    config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out, model_source: str
+    config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out, model_source: str, checkpoint: Path
 ) -> dict[str, str]:
     if shared is not None:
-        return _export_added(config, specs, shared, model)
-    tokenizer = pretrained_tokenizer(model_source)
+        return _export_added(config, specs, shared, model, checkpoint)
+    tokenizer = pretrained_tokenizer(resolve_model(model_source))
+    metrics, evaluation = _checkpoint_scores(checkpoint, config, specs, tokenizer)
     exported = export_run(
         model,
         Path(out or Path(run_dir) / "export"),
-        base_model_name=config.model,
+        base_model_name=model_source,  # a hub id as given; a local folder where it is from here
+        metrics_by_task=metrics,
         tokenizer=tokenizer,
         max_length=config.max_length,
-        evaluation=evaluation_record(config),
+        evaluation=evaluation,
         run_config=config,  # the task cards' training section
     )
     return {name: str(path) for name, path in exported.items()}
 
 
-def _export_added(config: RunConfig, specs: dict, shared: SharedBase, model) -> dict[str, str]:
+def _export_added(config: RunConfig, specs: dict, shared: SharedBase, model, checkpoint: Path) -> dict[str, str]:
     """The tasks of an add_to run, added to the export as the run would have at its end."""
     if fingerprint_model(model) != shared.fingerprint:
         raise ConfigError(
             f"{shared.export_dir}: its base is not the one this run trained its tasks against (the export was "
             "re-exported or replaced since); they would not load beside its tasks. Nothing was written"
         )
+    tokenizer = export_tokenizer(shared)
+    metrics, evaluation = _checkpoint_scores(checkpoint, config, specs, tokenizer)
     exported = export_added_tasks(
         model,
         list(specs),
         shared.export_dir,
         base_mode=shared.base_mode,
         base_model_name=shared.base_model_name,
+        metrics_by_task=metrics,
         max_length=config.max_length,
-        tokenizer=export_tokenizer(shared),
-        evaluation=evaluation_record(config),
+        tokenizer=tokenizer,
+        evaluation=evaluation,
         # into its own export, the run's tasks are exported again (as any run's re-export replaces its tasks)
         replace=shared.export_dir.resolve() == Path(config.add_to).resolve(),
         run_config=config,  # the task cards' training section

@@ -130,7 +130,7 @@ MODEL_FOLDER = "model_folder"  # in run_config.json: where the model given as a 
 def write_record(folder: Path, config: RunConfig, specs: dict[str, TaskSpec]) -> None:
     """``run_config.json`` and ``run_tasks.json``: what the run's checkpoints are (for resume and export). A model
     given as a local folder is also recorded as the absolute path that finds it again from any directory (in
-    this local record only: exports keep the name as given)."""
+    this local record only: exports record the folder by its path from the export)."""
     folder.mkdir(parents=True, exist_ok=True)
     settings = asdict(config)
     if config.model and Path(config.model).is_dir():

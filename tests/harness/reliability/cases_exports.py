@@ -119,13 +119,16 @@ def predict_into_a_path_under_a_file(tmp):
     return unchanged(tmp / "afile", lambda: main(argv))
 
 
-def predict_elsewhere_on_a_base_named_as_a_relative_folder(tmp):
-    """A frozen export whose base was given as ``--model tiny`` (kept so in the export), used from another
-    directory: the error says the base is not found and how to give it."""
+def predict_elsewhere_on_a_base_named_as_a_relative_folder(tmp, base_moved_away=False):
+    """A frozen export whose base was given as ``--model tiny`` (recorded by its path from the task folder),
+    used from another directory: it finds its base; with the base moved away, the error says where it was
+    looked for and how to give it."""
     shutil.copytree(TINY["model"], tmp / "tiny")
     with contextlib.chdir(tmp):
         export = tmp / served_export(Path("."), base="frozen", model_dir="tiny", tasks=("cola",))
     (tmp / "requests.jsonl").write_text(json.dumps(COLA) + "\n")
+    if base_moved_away:
+        (tmp / "tiny").rename(tmp / "tiny-moved")
     (tmp / "elsewhere").mkdir()
     with contextlib.chdir(tmp / "elsewhere"):
         return main(["predict", str(export), "--input", str(tmp / "requests.jsonl"), "--out", str(tmp / "a.tsv")])
@@ -229,9 +232,9 @@ EXPORTS = {
         SystemExit,
         ["--out", "afile/a.tsv", "afile is a file, not a folder"],
     ),
-    "predict-elsewhere-on-a-relative-base": (
-        predict_elsewhere_on_a_base_named_as_a_relative_folder,
+    "predict-with-its-relative-base-moved-away": (
+        lambda tmp: predict_elsewhere_on_a_base_named_as_a_relative_folder(tmp, base_moved_away=True),
         SystemExit,
-        ["'tiny'", "--base-model PATH"],
+        ["the local folder '../../tiny' seen from the task folder", "not there", "--base-model PATH"],
     ),
 }

@@ -95,7 +95,7 @@ def overwrite_a_finished_run(tmp):
 
 def export_elsewhere_of_a_run_on_a_relative_model(tmp):
     """A run of ``--model tiny`` (a folder relative to where it started) exports from another directory; the
-    export keeps the name as given (the run's local record found the folder)."""
+    export names the folder by its path from the export (the run's local record found the folder)."""
     shutil.copytree(TINY["model"], tmp / "tiny")
     with contextlib.chdir(tmp):
         config = user_run(Path("."), model="tiny")

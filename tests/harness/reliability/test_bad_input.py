@@ -15,7 +15,7 @@ from cases_data import (
     skipped_blank_texts,
     user_labels,
 )
-from cases_exports import EXPORTS
+from cases_exports import EXPORTS, predict_elsewhere_on_a_base_named_as_a_relative_folder
 from cases_options import OPTIONS, deepspeed_auto_values, distilbert_fed_token_type_ids
 from cases_run_folders import RUN_FOLDERS, export_elsewhere_of_a_run_on_a_relative_model, overwrite_a_finished_run
 from cases_serving import SERVING
@@ -122,8 +122,9 @@ RIGHT_RESULT = {
     ),
     "export-elsewhere-of-a-run-on-a-relative-model": (
         export_elsewhere_of_a_run_on_a_relative_model,
-        {"base_model_name": "tiny"},  # found again through the run's record; the export keeps the name given
+        {"base_model_name": "../../../tiny"},  # found again through the run's record; named from the export
     ),
+    "predict-elsewhere-on-a-relative-base": (predict_elsewhere_on_a_base_named_as_a_relative_folder, 0),
     "skip_bad_rows-counts-empty-and-blank-texts": (skipped_blank_texts, (2, [(2, [3, 4])])),
     "eighteen-digit-labels-are-two-classes": (
         user_labels("t.csv", f"text,label\nx,{BIG[0]}\ny,{BIG[1]}\nz,{BIG[0]}\n"),

@@ -92,15 +92,15 @@ def test_a_moved_data_folder_is_evaluated_through_the_task_file_at_its_new_place
 
 def test_a_project_folder_moved_whole_evaluates_with_no_options(tmp_path, tiny_model_dir, capsys):
     folder = course(tmp_path / "laptop")
-    train(folder, tiny_model_dir)
+    train(folder, shutil.copytree(tiny_model_dir, folder / "models" / "tiny"))  # the base: a folder of the project
     scores, _ = evaluate(capsys, str(folder / "runs" / "r" / "export"))
 
-    # another machine: the whole project (data, task file, runs) under another path
+    # another machine: the whole project (base, data, task file, runs) under another path
     moved = Path(shutil.move(folder, tmp_path / "cluster" / "home" / "course"))
     export = str(moved / "runs" / "r" / "export")
     again, err = evaluate(capsys, export)
     assert again == scores
-    assert "no longer in" not in err  # the export names its data relative to itself: found where it moved
+    assert "no longer in" not in err  # the export names its data and base relative to itself: found where it moved
 
     # an edited dev file: the scores are of the new file, and the output says so
     dev = moved / "data" / "quora-dev.csv"

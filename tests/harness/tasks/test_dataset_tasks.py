@@ -232,7 +232,7 @@ def test_a_split_changed_since_training_is_named(data, trained, capsys):
     assert "(6 dev examples)" in captured.out  # the data as it is now
 
 
-def test_a_dataset_task_added_to_an_export_and_found_after_a_move(data, trained, tmp_path, capsys):
+def test_a_dataset_task_added_to_an_export_and_found_after_a_move(data, trained, tmp_path, capsys, tiny_model_dir):
     export = trained[0] / "export"
     (data / "more.yaml").write_text(
         "tasks:\n  - {name: more, dataset: {from_disk: data/nli_disk}, text_columns: [premise],"
@@ -246,7 +246,8 @@ def test_a_dataset_task_added_to_an_export_and_found_after_a_move(data, trained,
     (data / "data" / "nli_disk").rename(data / "data" / "nli_away")
     try:
         capsys.readouterr()
-        main(["evaluate", str(moved / "run" / "export" / "more")])
+        # the base stayed outside the project: given again
+        main(["evaluate", str(moved / "run" / "export" / "more"), "--base-model", str(tiny_model_dir)])
     finally:
         (data / "data" / "nli_away").rename(data / "data" / "nli_disk")
     captured = capsys.readouterr()
