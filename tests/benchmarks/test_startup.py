@@ -15,7 +15,7 @@ def test_no_help_imports_a_heavy_library(name):
 
 
 def test_a_verb_that_runs_imports_what_it_needs(tiny_model_dir):  # so the check above sees what a process imports
-    imported = suite.heavy_imports(["params", "--model", str(tiny_model_dir), "--n-tasks", "2"])
+    imported = suite.heavy_imports(["params", "--model", str(tiny_model_dir), "--methods", "pals", "--n-tasks", "2"])
     assert {"torch", "adapters"} <= set(imported)
 
 
