@@ -14,7 +14,6 @@ public names below are imported on first use: importing the package itself costs
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from .errors import (
@@ -27,28 +26,31 @@ from .errors import (
     UnsupportedModelError,
     UnsupportedOperationError,
 )
+from .lazy import lazy_exports
 from .registration import register_when_adapters_imported
 
 __version__ = "0.1.0"
 
-# public name -> the module that defines it (imported on first use)
-_LAZY = {
-    "ParameterCount": ".accounting",
-    "count_parameters": ".accounting",
-    "ARCHITECTURES": ".architectures",
-    "PALSite": ".architectures",
-    "supports_pals": ".architectures",
-    "PALS_PRESETS": ".pals",
-    "RENAMED_PRESETS": ".pals",
-    "SUPPORTED_MODEL_TYPES": ".pals",
-    "PALsConfig": ".pals",
-    "ProjectedAttentionLayer": ".pals",
-    "ProjectedSelfAttention": ".pals",
-    "attach_pal_layers": ".pals",
-    "is_pal_adapter": ".pals",
-    "register": ".pals",
-    "CAMTLConfig": ".ca_mtl",
-}
+# public name -> its module, imported on first use (the methods' modules import torch and adapters)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        ".accounting": ["ParameterCount", "count_parameters"],
+        ".architectures": ["ARCHITECTURES", "PALSite", "supports_pals"],
+        ".ca_mtl": ["CAMTLConfig"],
+        ".pals": [
+            "PALS_PRESETS",
+            "RENAMED_PRESETS",
+            "SUPPORTED_MODEL_TYPES",
+            "PALsConfig",
+            "ProjectedAttentionLayer",
+            "ProjectedSelfAttention",
+            "attach_pal_layers",
+            "is_pal_adapter",
+            "register",
+        ],
+    },
+)
 
 if TYPE_CHECKING:
     from .accounting import ParameterCount, count_parameters
@@ -65,18 +67,6 @@ if TYPE_CHECKING:
         is_pal_adapter,
         register,
     )
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value  # once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
 
 
 def _register_plugin() -> None:

@@ -3,23 +3,16 @@ the suite writes the times it measured."""
 
 import json
 
-import pytest
-
 from benchmarks.__main__ import main as benchmarks
 from benchmarks.startup import suite
 
 
-@pytest.mark.parametrize("name", suite.help_arguments())
-def test_no_help_imports_a_heavy_library(name):
-    assert suite.heavy_imports(suite.help_arguments()[name]) == []
-
-
-def test_a_verb_that_runs_imports_what_it_needs(tiny_model_dir):  # so the check above sees what a process imports
+def test_a_verb_that_runs_imports_what_it_needs(tiny_model_dir):  # so the suite's check sees what a process imports
     imported = suite.heavy_imports(["params", "--model", str(tiny_model_dir), "--methods", "pals", "--n-tasks", "2"])
     assert {"torch", "adapters"} <= set(imported)
 
 
-def test_the_suite_times_every_help_and_writes_them(tmp_path, monkeypatch, capsys):
+def test_no_help_imports_a_heavy_library_and_the_suite_writes_every_time(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(suite, "IMPORTS", {"import pals_adapters": "import pals_adapters"})  # the fast row only
     benchmarks(["run", "startup", "--repeats", "1", "--out-dir", str(tmp_path)])  # its verdict is a timing: not ours
     data = json.loads((tmp_path / "startup.json").read_text())
