@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -85,13 +86,25 @@ def _load_export(task_dir: Path, args):
     return model, tokenizer, spec, max_length, manifest.evaluation or EvaluationRecord()
 
 
-def _glue_dir(args, evaluation: EvaluationRecord) -> str | None:
-    """--glue-dir, else the run's own GLUE folder when it is still there (else env GLUE_DIR)."""
+def _glue_dir(args, evaluation: EvaluationRecord, task_dir: Path, spec) -> str | None:
+    """The GLUE folder of a GLUE task's export: --glue-dir, else the run's own folder found where it was
+    relative to the export (as a user task's data is), else the absolute path exports of earlier releases
+    recorded, else env GLUE_DIR. A run that read a GLUE folder that none of these finds is refused, naming
+    the option (the hub's copy would score other files than the run did)."""
     if args.glue_dir:
         return args.glue_dir
-    if evaluation.glue_dir and Path(evaluation.glue_dir).is_dir():
-        return evaluation.glue_dir
-    return None
+    relative = evaluation.glue_dir_from_export
+    recorded = [relative and Path(task_dir).resolve() / relative, evaluation.glue_dir]
+    for folder in recorded:
+        if folder and Path(folder).is_absolute() and Path(folder).is_dir():
+            return str(Path(folder).resolve())
+    if os.environ.get("GLUE_DIR") or not evaluation.glue_dir or spec.data_dir is not None or spec.dataset is not None:
+        return None  # env GLUE_DIR, or a task that needs no GLUE folder
+    raise ConfigError(
+        f"{task_dir}: task {spec.name!r} was scored on the GLUE folder {evaluation.glue_dir!r}, which is no longer "
+        f"where it was relative to the export ({evaluation.glue_dir_from_export or 'not recorded'}); give it with "
+        "--glue-dir DIR (or set GLUE_DIR)"
+    )
 
 
 def _task_files(trained, manifest, task_dir: Path, task_file: str | None):
@@ -142,7 +155,7 @@ def evaluate_export(task_dir: Path, args, details: dict | None = None) -> tuple[
     examples per dev split; with no options exactly as the run scored it at its end. ``details`` receives
     ``per_class`` (``{split: class_report}``, classification tasks) and ``skipped_rows`` (``{split: ...}``)."""
     model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
-    glue_dir = _glue_dir(args, evaluation)
+    glue_dir = _glue_dir(args, evaluation, task_dir, spec)
     skipped = []
     splits = {
         split: tokenize(
@@ -236,7 +249,7 @@ def cmd_predict(args) -> None:
         model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
         for split in _splits(spec, kind):
             source = evaluation.data_source or "auto"
-            data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation), source=source)
+            data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation, task_dir, spec), source=source)
             ids = _row_ids(spec, split, data)
             jobs.append((model, tokenizer, spec, split, tokenize(data, spec, tokenizer, max_length), ids))
     out.mkdir(parents=True, exist_ok=True)

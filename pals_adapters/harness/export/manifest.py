@@ -45,6 +45,7 @@ class EvaluationRecord:
     max_eval_examples: int | None = None
     eval_batch_size: int | None = None
     glue_dir: str | None = None  # by its name (see `library_heads.data_source_name`)
+    glue_dir_from_export: str | None = None  # the GLUE folder relative to the task folder, as user data is
     data_source: str | None = None
     examples_scored: dict[str, dict[str, int]] | None = None  # task -> dev split -> examples scored
     step: int | None = None  # the training step the metrics were measured at (a checkpoint's); None: the run's end

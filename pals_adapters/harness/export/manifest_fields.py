@@ -72,7 +72,7 @@ def check_task_fields(path: Path, data: dict) -> None:
     evaluation = data.get("evaluation") or {}
     for name in ("max_eval_examples", "eval_batch_size"):
         _optional_whole(path, f"evaluation.{name}", evaluation.get(name))
-    for name in ("glue_dir", "data_source"):
+    for name in ("glue_dir", "glue_dir_from_export", "data_source"):
         _optional_text(path, f"evaluation.{name}", evaluation.get(name))
     overrides = data["method"].get("overrides") or {}
     for name, value in overrides.items():

@@ -28,7 +28,7 @@ from ...pretrained import NO_REMOTE_CODE
 from ..methods.model import MultiTaskModel
 from ..methods.weights import json_default, save_tensors
 from ..tasks.dataset_rows import dataset_record
-from ..tasks.file_record import data_record, shared_spec_json
+from ..tasks.file_record import data_record, relative_to, shared_spec_json
 from ..tasks.spec import check_task_name
 from .card import write_card
 from .files import BASE_DIR, hash_files
@@ -162,8 +162,12 @@ def _write_task(
     base_mode = base_mode or model.base_mode
     folder.mkdir()
     _write_task_weights(model, task, folder, base_model_name)
-    if evaluation is not None:  # the data folder by its name: a manifest is shared, local paths are not
-        evaluation = dataclasses.replace(evaluation, glue_dir=data_source_name(evaluation.glue_dir))
+    if evaluation is not None:  # the data folder by its name and from the export: local paths are not shared
+        evaluation = dataclasses.replace(
+            evaluation,
+            glue_dir=data_source_name(evaluation.glue_dir),
+            glue_dir_from_export=relative_to(evaluation.glue_dir, folder),
+        )
     manifest = TaskManifest(
         task=task,
         task_spec=shared_spec_json(model.tasks[task], folder),

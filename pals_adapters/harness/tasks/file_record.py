@@ -18,13 +18,21 @@ def shared_spec_json(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, 
     """The task as a shared file records it: its data folder relative to ``seen_from`` (the export's task
     folder), never a local absolute path (the user's home, their environment)."""
     record = spec_to_json(spec)
-    if spec.data_dir is not None:
-        here = os.path.normpath(os.path.abspath(seen_from))
-        try:
-            record["data_dir"] = Path(os.path.relpath(spec.data_dir, here)).as_posix()
-        except ValueError:  # another drive (Windows): the folder's name, found again with --task-file
-            record["data_dir"] = Path(spec.data_dir).name
+    if spec.data_dir is not None:  # on another drive (Windows): the folder's name, found again with --task-file
+        record["data_dir"] = relative_to(spec.data_dir, seen_from) or Path(spec.data_dir).name
     return record
+
+
+def relative_to(folder: str | os.PathLike | None, seen_from: str | os.PathLike) -> str | None:
+    """``folder`` relative to ``seen_from`` (an export's task folder), as a shared file records a local
+    folder; None for no folder, or one on another drive (Windows)."""
+    if folder is None:
+        return None
+    here = os.path.normpath(os.path.abspath(seen_from))
+    try:
+        return Path(os.path.relpath(os.path.abspath(folder), here)).as_posix()
+    except ValueError:
+        return None
 
 
 def spec_from_shared_json(record: dict[str, Any], seen_from: str | os.PathLike) -> TaskSpec:
@@ -53,11 +61,7 @@ def data_record(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, Any] 
     the files found later are the ones the task was trained and scored on. None for GLUE tasks."""
     if spec.data_dir is None:
         return None
-    here = os.path.normpath(os.path.abspath(seen_from))
-    try:
-        relative = Path(os.path.relpath(spec.data_dir, here)).as_posix()
-    except ValueError:  # another drive (Windows)
-        relative = None
+    relative = relative_to(spec.data_dir, seen_from)
     files = {split: Path(file) for split, file in split_files(spec).items()}
     return {
         "data_dir_from_export": relative,

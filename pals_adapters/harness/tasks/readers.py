@@ -31,7 +31,9 @@ class BadRow:
 
 def _check_file(path: Path) -> None:
     if not path.is_file():
-        raise DataError(f"{path}: file not found; check the data folder (glue_dir / GLUE_DIR) or the task's file paths")
+        raise DataError(
+            f"{path}: file not found; check the data folder (--glue-dir or env GLUE_DIR) or the task's file paths"
+        )
     if path.stat().st_size == 0:
         raise DataError(f"{path}: file is empty; it needs a header line and data rows")
 

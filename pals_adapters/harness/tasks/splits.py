@@ -180,10 +180,10 @@ def load_split(
     base = resolve_glue_dir(glue_dir)
     if source == "local":
         if spec.data_dir is None and base is None:
-            raise ConfigError(f"task {spec.name!r}: source='local' needs glue_dir or env GLUE_DIR")
+            raise ConfigError(f"task {spec.name!r}: source='local' needs a GLUE folder: --glue-dir (or env GLUE_DIR)")
         path = spec.split_path(split, base)
         if not path.is_file():
-            raise _missing_file(spec, split, path, "check glue_dir / GLUE_DIR or the task's file paths")
+            raise _missing_file(spec, split, path, "check --glue-dir (or env GLUE_DIR) or the task's file paths")
         return _load_local(spec, split, path, skipped)
     path = spec.split_path(split, base) if (spec.data_dir is not None or base is not None) else None
     if path is not None and path.is_file():
@@ -195,10 +195,10 @@ def load_split(
     except DataError:
         raise
     except Exception as exc:
-        local = f"no local file {path}" if path is not None else "glue_dir / GLUE_DIR not set"
+        local = f"no local file {path}" if path is not None else "no GLUE folder given (--glue-dir or env GLUE_DIR)"
         raise DataError(
             f"task {spec.name!r} split {split!r}: {local}, and loading {spec.hub[0]}/{spec.hub[1]} "
-            f"from the hub failed ({type(exc).__name__}: {exc}); set GLUE_DIR to a GLUE folder"
+            f"from the hub failed ({type(exc).__name__}: {exc}); give a GLUE folder with --glue-dir (or env GLUE_DIR)"
         ) from exc
 
 
