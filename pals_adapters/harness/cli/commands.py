@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from ..serving.request_files import (
     write_table,
 )
 from ..tasks.dataset_rows import changed_splits, pinned
-from ..tasks.file_record import changed_files, locate_task_files
+from ..tasks.file_record import changed_files, locate_glue_dir, locate_task_files
 from ..tasks.readers import BadRow, getter, iter_records
 from ..tasks.splits import load_split
 from ..training.compiling import compile_model
@@ -87,24 +86,10 @@ def _load_export(task_dir: Path, args):
 
 
 def _glue_dir(args, evaluation: EvaluationRecord, task_dir: Path, spec) -> str | None:
-    """The GLUE folder of a GLUE task's export: --glue-dir, else the run's own folder found where it was
-    relative to the export (as a user task's data is), else the absolute path exports of earlier releases
-    recorded, else env GLUE_DIR. A run that read a GLUE folder that none of these finds is refused, naming
-    the option (the hub's copy would score other files than the run did)."""
+    """--glue-dir, else the GLUE folder the run scored on, found from the export (`locate_glue_dir`)."""
     if args.glue_dir:
         return args.glue_dir
-    relative = evaluation.glue_dir_from_export
-    recorded = [relative and Path(task_dir).resolve() / relative, evaluation.glue_dir]
-    for folder in recorded:
-        if folder and Path(folder).is_absolute() and Path(folder).is_dir():
-            return str(Path(folder).resolve())
-    if os.environ.get("GLUE_DIR") or not evaluation.glue_dir or spec.data_dir is not None or spec.dataset is not None:
-        return None  # env GLUE_DIR, or a task that needs no GLUE folder
-    raise ConfigError(
-        f"{task_dir}: task {spec.name!r} was scored on the GLUE folder {evaluation.glue_dir!r}, which is no longer "
-        f"where it was relative to the export ({evaluation.glue_dir_from_export or 'not recorded'}); give it with "
-        "--glue-dir DIR (or set GLUE_DIR)"
-    )
+    return locate_glue_dir(spec, evaluation.glue_dir, evaluation.glue_dir_from_export, task_dir)
 
 
 def _task_files(trained, manifest, task_dir: Path, task_file: str | None):

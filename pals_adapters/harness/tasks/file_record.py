@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...errors import ConfigError
 from .dataset_source import local_folder
 from .spec import TaskSpec, spec_from_json, spec_to_json
 from .user_tasks import split_files, with_data_dir
@@ -110,3 +111,24 @@ def changed_files(spec: TaskSpec, record: dict[str, Any] | None) -> list[str]:
                 "results are of the file as it is now"
             )
     return notes
+
+
+def locate_glue_dir(
+    spec: TaskSpec, name: str | None, from_export: str | None, task_dir: str | os.PathLike
+) -> str | None:
+    """The GLUE folder a GLUE task's export was scored on (``name``, the folder's name, and ``from_export``,
+    its path from the export's task folder, as the manifest records them): where it was relative to the
+    export (found again after the export and the data moved together), else at ``name`` where exports of
+    earlier releases recorded an absolute path, else None to read env GLUE_DIR. A run that read a GLUE
+    folder that none of these finds is refused naming the option (the hub's copy is other files than the
+    run scored)."""
+    recorded = [from_export and Path(task_dir).resolve() / from_export, name]
+    for folder in recorded:
+        if folder and Path(folder).is_absolute() and Path(folder).is_dir():
+            return str(Path(folder).resolve())
+    if os.environ.get("GLUE_DIR") or not name or spec.data_dir is not None or spec.dataset is not None:
+        return None  # env GLUE_DIR, or a task that needs no GLUE folder
+    raise ConfigError(
+        f"{task_dir}: task {spec.name!r} was scored on the GLUE folder {name!r}, which is no longer where it was "
+        f"relative to the export ({from_export or 'not recorded'}); give it with --glue-dir DIR (or set GLUE_DIR)"
+    )
