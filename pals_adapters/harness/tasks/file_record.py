@@ -26,12 +26,15 @@ def shared_spec_json(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, 
 
 def relative_to(folder: str | os.PathLike | None, seen_from: str | os.PathLike) -> str | None:
     """``folder`` relative to ``seen_from`` (an export's task folder), as a shared file records a local
-    folder; None for no folder, or one on another drive (Windows)."""
+    folder; None for no folder, or one on another drive (Windows), or one they share nothing above but
+    the filesystem's root with (a path climbing to the root spells the absolute one out)."""
     if folder is None:
         return None
-    here = os.path.normpath(os.path.abspath(seen_from))
+    here, there = os.path.normpath(os.path.abspath(seen_from)), os.path.normpath(os.path.abspath(folder))
     try:
-        return Path(os.path.relpath(os.path.abspath(folder), here)).as_posix()
+        if os.path.dirname(os.path.commonpath([here, there])) == os.path.commonpath([here, there]):
+            return None
+        return Path(os.path.relpath(there, here)).as_posix()
     except ValueError:
         return None
 

@@ -196,7 +196,7 @@ DATA = {
     "missing-file": (
         lambda tmp: load_split("rte", "train", glue_dir=tmp, source="local"),
         DataError,
-        ["RTE/train.tsv", "missing file", "glue_dir"],
+        ["RTE/train.tsv", "missing file", "--glue-dir"],
     ),
     "task-file-unknown-key": (user_task_file, ConfigError, ["tasks.yaml", "task #1", "'labelz'"]),
     # issue 9.8: data that means what it says
