@@ -198,10 +198,11 @@ class Progress:
     def starting(self, run: PlannedRun) -> None:
         place = run.place
         if place is not None and place.previous is not None:
-            what = "finished" if (place.previous / RESULTS_FILE).is_file() else "interrupted (not resumed)"
+            finished = (place.previous / RESULTS_FILE).is_file()
             self._line(
-                f"{run.row} seed {run.seed}: the {what} run in {place.previous} had other inputs "
-                f"({'; '.join(place.changed)}); training it afresh"
+                f"{run.row} seed {run.seed}: the {'finished' if finished else 'interrupted'} run in {place.previous} "
+                f"had other inputs ({'; '.join(place.changed)}); "
+                + ("training it afresh" if finished else "not resuming it, training afresh")
             )
         self._line(f"training {run.row} seed {run.seed} -> {run.folder}")
 
