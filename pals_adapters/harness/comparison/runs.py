@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -274,7 +275,7 @@ def train_missing(runs: list[PlannedRun], keep_checkpoints: bool, jobs: int = 1)
             for future in pending:
                 future.cancel()
             for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.kill()
+                process.kill()  # its run stays as its last complete checkpoint left it
             raise
 
 
@@ -282,9 +283,13 @@ def _worker_start(threads: int) -> None:
     """A worker process: its share of the threads, and it ends with the command (even a kill -9 of it),
     so that no orphan keeps training while holding its run's lock."""
     import torch
+    from tqdm import tqdm
 
     torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the command answers it
+    # progress bars locked within the worker: tqdm's default lock is a semaphore of the system, which a worker
+    # stopped by the command would leave behind (and Python would warn of at exit)
+    tqdm.set_lock(threading.RLock())
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
