@@ -68,7 +68,9 @@ def compare(
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
     if dry_run:
         return describe_plan(grid, planned, print_commands)
-    if not report_only:
+    if report_only:
+        _say_stale(planned)
+    else:
         train_missing(planned, grid.keep_checkpoints, jobs)
     _say_missing_exports(planned)
     rows = collect_rows(grid, planned)
@@ -98,6 +100,17 @@ def check_output_folder(output_dir: Path) -> None:
             raise ConfigError(
                 f"{folder} is a file, not a folder: compare keeps its runs in {output_dir / 'runs'}; move the file "
                 "away or choose another --output-dir"
+            )
+
+
+def _say_stale(planned: list[PlannedRun]) -> None:
+    for run in unique_runs(planned):
+        if run.place is not None and run.place.previous is not None and run_state(run) == MISSING:
+            print(
+                f"compare: {run.row} seed {run.seed}: stale ({'; '.join(run.place.changed)}): the run in "
+                f"{run.place.previous} is not reported; run compare without --report-only to train it afresh",
+                file=sys.stderr,
+                flush=True,
             )
 
 

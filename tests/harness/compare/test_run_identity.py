@@ -36,6 +36,9 @@ def test_an_edited_data_file_is_a_new_run_and_the_dry_run_says_which(split, tiny
     [line] = compare(grid, out, dry_run=True)["rows"][0]["runs"]
     assert line["state"] == "stale" and line["changed"] == [f"{split}.csv changed"]
     assert f"stale ({split}.csv changed)" in capsys.readouterr().out
+    report = compare(grid, out, report_only=True)  # the old run's scores are never reported as current
+    assert not any(row["runs"] for row in report["rows"]) and report["missing"]["PALs"]
+    assert f"stale ({split}.csv changed)" in capsys.readouterr().err
     second = only_run(compare(grid, out))
     new = out / second["run_dir"]
     assert new != old and files_and_times(old) == kept  # the old run is kept as it was
