@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+import signal
 import sys
 import typing
 
@@ -52,7 +53,20 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated
+
+
+INTERRUPTED = "pals-bench compare: interrupted; run the same command again to go on"
+
+
 def cmd_compare(args) -> None:
+    """The comparison; Ctrl-C or SIGTERM end it with one line and exit status 130 or 143 (each run keeps its
+    complete checkpoints, and the same command goes on from them)."""
     from ...errors import ConfigError
     from ..comparison import compare
 
@@ -62,13 +76,37 @@ def cmd_compare(args) -> None:
     overrides = {name: getattr(args, name) for name in sorted(names) if hasattr(args, name)}
     if hasattr(args, "seeds"):
         overrides["seeds"] = args.seeds
-    compare(
-        args.config,
-        args.output_dir,
-        overrides=overrides,
-        jobs=args.jobs,
-        dry_run=args.dry_run,
-        print_commands=args.print_commands,
-        report_only=args.report_only,
-        command=shlex.join(["pals-bench", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else None,
-    )
+    before = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        compare(
+            args.config,
+            args.output_dir,
+            overrides=overrides,
+            jobs=args.jobs,
+            dry_run=args.dry_run,
+            print_commands=args.print_commands,
+            report_only=args.report_only,
+            command=command_line(args, overrides),
+        )
+    except (KeyboardInterrupt, Terminated) as stop:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one line, however many signals follow
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 143)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def command_line(args, overrides: dict) -> str:
+    """The command as the report records it, from what was parsed (also when `main` was called from Python)."""
+    words = ["pals-bench", "compare", "--config", str(args.config), "--output-dir", str(args.output_dir)]
+    words += ["--jobs", str(args.jobs)] if args.jobs != 1 else []
+    words += ["--report-only"] if args.report_only else []
+    for name, value in overrides.items():
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(option if value else "--no-" + option[2:])
+        elif isinstance(value, list):
+            words += [option, *map(str, value)]
+        else:
+            words += [option, str(value)]
+    return shlex.join(words)

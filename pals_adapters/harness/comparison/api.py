@@ -14,7 +14,7 @@ from .floor import majority_score
 from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
 from .paired import paired_differences
 from .report import comparison_data, markdown, write_report
-from .runs import DONE, PARTIAL, run_state, train_missing, unique_runs
+from .runs import DAMAGED, DONE, MISSING, PARTIAL, export_note, record_problem, run_state, train_missing, unique_runs
 
 
 def compare(
@@ -62,23 +62,63 @@ def compare(
     output_dir = Path(output_dir)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs={jobs!r}: give the number of runs to train at a time, 1 or more")
+    call = command or python_call(config, output_dir, overrides, jobs, report_only)  # before anything changes them
     grid = read_grid(config, overrides)
+    check_output_folder(output_dir)
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
-    command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
     if dry_run:
         return describe_plan(grid, planned, print_commands)
-    if not report_only:
+    if report_only:
+        _say_stale(planned)
+    else:
         train_missing(planned, grid.keep_checkpoints, jobs)
+    _say_missing_exports(planned)
     rows = collect_rows(grid, planned)
     specs = _all_specs(planned)
     paired, notes = paired_differences(rows, grid.reference, specs)
     glue_dir, source = grid.shared.get("glue_dir"), grid.shared.get("data_source", "auto")
     floor = {task: majority_score(spec, glue_dir, source) for task, spec in specs.items()}
-    data = comparison_data(grid.tasks, grid.reference, rows, paired, notes, floor, command, output_dir)
+    data = comparison_data(grid.tasks, grid.reference, rows, paired, notes, floor, call, output_dir)
     paths = write_report(data, rows, output_dir)
     print(markdown(data))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return data
+
+
+def python_call(config, output_dir, overrides, jobs: int, report_only: bool) -> str:
+    """The call as the report records it: ``compare('grid.yaml', 'out', overrides={...})``."""
+    words = [repr(str(config)), repr(str(output_dir))]
+    options = {"overrides": overrides or None, "jobs": jobs if jobs != 1 else None, "report_only": report_only or None}
+    words += [f"{name}={value!r}" for name, value in options.items() if value is not None]
+    return f"compare({', '.join(words)})"
+
+
+def check_output_folder(output_dir: Path) -> None:
+    """ConfigError before planning when the output folder or its ``runs`` folder is not a folder."""
+    for folder in (output_dir, output_dir / "runs"):
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(
+                f"{folder} is a file, not a folder: compare keeps its runs in {output_dir / 'runs'}; move the file "
+                "away or choose another --output-dir"
+            )
+
+
+def _say_stale(planned: list[PlannedRun]) -> None:
+    for run in unique_runs(planned):
+        if run.place is not None and run.place.previous is not None and run_state(run) == MISSING:
+            print(
+                f"compare: {run.row} seed {run.seed}: stale ({'; '.join(run.place.changed)}): the run in "
+                f"{run.place.previous} is not reported; run compare without --report-only to train it afresh",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _say_missing_exports(planned: list[PlannedRun]) -> None:
+    for run in unique_runs(planned):
+        note = export_note(run) if run_state(run) == DONE else None
+        if note:
+            print(f"compare: {run.row} seed {run.seed}: {note}", file=sys.stderr, flush=True)
 
 
 def _all_specs(planned: list[PlannedRun]) -> dict:
@@ -95,6 +135,7 @@ def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -
 
     runs = unique_runs(planned)
     states = {run.folder: run_state(run) for run in runs}
+    words = {run.folder: state_words(run, states[run.folder]) for run in runs}
     rows = []
     print(f"{len(runs)} runs, {sum(s == DONE for s in states.values())} done; tasks: {', '.join(grid.tasks)}")
     for row in grid.rows:
@@ -105,7 +146,7 @@ def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -
         mine = [run for run in planned if run.row == row.name]
         print(f"row {row.name!r}: {'separate' if row.separate else method}, about {multiple:.2f} x the base")
         for run in mine:
-            print(f"  seed {run.seed} {'+'.join(run.tasks)}: {states[run.folder]}  {run.folder}")
+            print(f"  seed {run.seed} {'+'.join(run.tasks)}: {words[run.folder]}  {run.folder}")
         rows.append({"name": row.name, "params_x_base": multiple, "runs": [_run_line(r, states) for r in mine]})
     if print_commands:
         print("\n# the runs not done, one command each (then: compare --report-only):")
@@ -116,7 +157,23 @@ def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -
 
 
 def _run_line(run: PlannedRun, states: dict) -> dict:
-    return {"seed": run.seed, "tasks": run.tasks, "state": states[run.folder], "run_dir": str(run.folder)}
+    line = {"seed": run.seed, "tasks": run.tasks, "state": states[run.folder], "run_dir": str(run.folder)}
+    if states[run.folder] == MISSING and run.place is not None and run.place.previous is not None:
+        line.update(state="stale", previous=str(run.place.previous), changed=run.place.changed)
+    return line
+
+
+def state_words(run: PlannedRun, state: str) -> str:
+    """A run's state as the dry run says it: ``done``, ``stale (train.csv changed; ...)``, ``damaged (...)``."""
+    if state == MISSING and run.place is not None and run.place.previous is not None:
+        return f"stale ({'; '.join(run.place.changed)}): trained afresh; the old run stays in {run.place.previous}"
+    if state == DAMAGED:
+        return f"damaged ({record_problem(run.folder, run.tasks)}): trained again"
+    note = export_note(run) if state == DONE else None
+    return f"{state} ({note})" if note else state
+
+
+PATH_SETTINGS = ("output_dir", "task_file", "glue_dir", "deepspeed", "model")  # a model only as a folder
 
 
 def train_command(run: PlannedRun, resume: bool = False) -> str:
@@ -128,6 +185,8 @@ def train_command(run: PlannedRun, resume: bool = False) -> str:
         if f.name == "resume" or (value == getattr(defaults, f.name) and f.name not in ("output_dir", "seed")):
             continue
         option = "--" + f.name.replace("_", "-")
+        if f.name in PATH_SETTINGS and isinstance(value, str) and (f.name != "model" or Path(value).is_dir()):
+            value = str(Path(value).resolve())  # the command runs from any folder
         if isinstance(value, bool):
             words.append(option if value else "--no-" + option[2:])
         elif isinstance(value, list):

@@ -18,6 +18,7 @@ from ..run_config import RunConfig
 
 if TYPE_CHECKING:
     from ..tasks.spec import TaskSpec
+    from .naming import RunPlace
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 # Where a run is or what it continues: compare decides these for every run.
@@ -66,6 +67,7 @@ class PlannedRun:
     folder: Path
     specs: dict[str, TaskSpec]
     digest: str
+    place: RunPlace | None = None  # its identity, and the run of other inputs it replaces
 
     @property
     def tasks(self) -> list[str]:
@@ -85,6 +87,9 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     for key in PATH_FIELDS:  # a path in the file is read from the file's folder
         if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
             data[key] = str((path.parent / data[key]).resolve())
+    model = data.get("model")  # a model folder beside the grid too (else a Hub id, or a bundled name)
+    if isinstance(model, str) and not Path(model).is_absolute() and (path.parent / model).is_dir():
+        data["model"] = str((path.parent / model).resolve())
     overrides = dict(overrides or {})
     seeds = overrides.pop("seeds", seeds)
     _check_keys(data, (*RUN_FIELDS, *GRID_KEYS), f"{where}", NOT_SETTABLE)
@@ -160,7 +165,7 @@ def _read_rows(rows_data, seeds: list[int], where: str) -> list[Row]:
 def plan_runs(grid: Grid, output_dir: str | Path) -> list[PlannedRun]:
     """Every run of the grid, each checked as ``train`` checks it (ConfigError naming the row); nothing is
     written. Runs of the same settings (two rows alike) share one folder."""
-    from .naming import run_folder_name, settings_digest  # the run folder's rules: imported when runs are planned
+    from .naming import locate_run  # the run folder's rules: imported when runs are planned
 
     runs_dir = Path(output_dir) / "runs"
     planned = []
@@ -177,10 +182,10 @@ def plan_runs(grid: Grid, output_dir: str | Path) -> list[PlannedRun]:
                     config.tasks = tasks
                     config.steps_per_epoch = config.max_steps  # one task: no sampling epochs
                 run_specs = _checked(config, grid, row) if row.separate else specs
-                digest = settings_digest(config)
-                folder = runs_dir / run_folder_name(config, row.separate, digest)
-                config.output_dir = str(folder)
-                planned.append(PlannedRun(row.name, seed, config, folder, run_specs, digest))
+                place = locate_run(runs_dir, config, run_specs, row.separate)
+                config.output_dir = str(place.folder)
+                digest = place.identity.digest
+                planned.append(PlannedRun(row.name, seed, config, place.folder, run_specs, digest, place))
     return planned
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -133,9 +134,11 @@ DEV_PREDICTIONS_FILE = "dev_predictions.jsonl"
 def write_dev_predictions(predictions: dict, path: Path) -> None:
     """One JSON line per dev row: ``{"task", "split", "row", "prediction", "label"}`` (class index, or a
     regression task's value), what a paired bootstrap between two runs resamples."""
-    with open(path, "w", encoding="utf-8") as out:
+    written = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # then renamed: never half a file
+    with open(written, "w", encoding="utf-8") as out:
         for task, splits in predictions.items():
             for split, (values, labels) in splits.items():
                 for row, (value, label) in enumerate(zip(values.tolist(), labels.tolist())):
                     line = {"task": task, "split": split, "row": row, "prediction": value, "label": label}
                     out.write(json.dumps(line) + "\n")
+    os.replace(written, path)

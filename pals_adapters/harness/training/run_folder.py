@@ -41,17 +41,23 @@ RESULTS = "results.json"  # written last: a folder with it holds a finished run
 RUN_FILES = (RESULTS, "training.png", RUN_CONFIG, RUN_TASKS)
 
 
+class RunInUse(ConfigError):
+    """Another process holds the run folder's lock."""
+
+
 @contextlib.contextmanager
-def run_lock(output_dir: str | Path) -> Iterator[None]:
+def run_lock(output_dir: str | Path, wait: bool = False) -> Iterator[None]:
     """Holds ``<output_dir>/.pals-bench.lock`` for the block; a second run into the same folder is refused
-    at once. The lock is the operating system's (released when the process dies, even by kill -9)."""
+    at once (`RunInUse`), or waits for it with ``wait``. The lock is the operating system's (released when the
+    process dies, even by kill -9); within one process it is taken again freely (compare holds a run's lock
+    around the run, which takes it too)."""
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(folder / LOCK_FILE))
+    lock = FileLock(str((folder / LOCK_FILE).resolve()), is_singleton=True)
     try:
-        lock.acquire(timeout=0)
+        lock.acquire(timeout=-1 if wait else 0)
     except Timeout:
-        raise ConfigError(
+        raise RunInUse(
             f"output_dir {folder} is in use by another run (it holds {folder / LOCK_FILE}); wait for that run to "
             "finish, or choose another output_dir"
         ) from None

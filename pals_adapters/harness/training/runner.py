@@ -319,7 +319,9 @@ def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> d
         out.mkdir(parents=True, exist_ok=True)
         results["plot"] = _plot(trainer.state.log_history, out / PLOT_FILE)
         write_dev_predictions(trainer.dev_predictions, out / DEV_PREDICTIONS_FILE)  # for paired bootstraps
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        written = out / f".results.json.tmp-{os.getpid()}"  # then renamed: a folder never holds half a record
+        written.write_text(json.dumps(results, indent=2, default=str))
+        os.replace(written, out / "results.json")
     return results
 
 
