@@ -69,7 +69,7 @@ def expected_steps(config: RunConfig, sizes: dict[str, int]) -> dict[str, float]
         length = min(sampler.steps_per_epoch, config.max_steps - row["step"])
         for name in sizes:
             steps[name] += row[f"p_{name}"] * length
-    return steps
+    return {name: round(n, 6) for name, n in steps.items()}  # no float dust in the report
 
 
 def separate_steps(multi_task_steps: dict[str, float]) -> dict[str, int]:
