@@ -10,9 +10,9 @@ import pytest
 from compare_grids import write_grid
 
 from pals_adapters.harness import compare
+from pals_adapters.harness.checks import resolve_task_names
 from pals_adapters.harness.comparison.figure import FIGURE_MARK
 from pals_adapters.harness.comparison.floor import majority_score
-from pals_adapters.harness.checks import resolve_task_names
 
 ROWS = "rows:\n  - name: PALs\n    method: pals\n  - name: LoRA\n    method: lora\n    base: frozen\n"
 
@@ -63,9 +63,7 @@ def test_the_floor_is_taken_on_the_dev_examples_the_runs_are_scored_on(flat_task
     assert first_four["score"] == 100.0 and first_four["range"] == [0.0, 100.0]
 
 
-def test_runs_shorter_than_logging_steps_are_warned_about_before_training(
-    flat_task, tiny_model_dir, tmp_path, caplog
-):
+def test_runs_shorter_than_logging_steps_are_warned_about_before_training(flat_task, tiny_model_dir, tmp_path, caplog):
     grid = write_grid(flat_task, tiny_model_dir, rows=ROWS, seeds=[1], max_steps=4, logging_steps=10)
     with caplog.at_level(logging.WARNING):
         compare(grid, tmp_path / "out", dry_run=True)
