@@ -10,7 +10,7 @@ import signal
 import sys
 import typing
 
-from ..comparison.grid import NOT_SETTABLE  # what compare decides per run: no option
+from ..comparison.grid import NOT_SETTABLE, CommandLineOverrides  # NOT_SETTABLE: what compare decides per run
 from ..run_config import RunConfig
 
 
@@ -73,7 +73,8 @@ def cmd_compare(args) -> None:
     if args.print_commands and not args.dry_run:
         raise ConfigError("--print-commands goes with --dry-run (it prints the runs instead of training them)")
     names = {f.name for f in dataclasses.fields(RunConfig)} - set(NOT_SETTABLE)
-    overrides = {name: getattr(args, name) for name in sorted(names) if hasattr(args, name)}
+    # errors about them name the options (--max-steps), not the Python argument
+    overrides = CommandLineOverrides({name: getattr(args, name) for name in sorted(names) if hasattr(args, name)})
     if hasattr(args, "seeds"):
         overrides["seeds"] = args.seeds
     before = signal.signal(signal.SIGTERM, _on_sigterm)

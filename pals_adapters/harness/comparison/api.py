@@ -13,7 +13,7 @@ from .collect import collect_rows
 from .floor import majority_score
 from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
 from .paired import paired_differences
-from .report import comparison_data, markdown, write_report
+from .report import check_report_files, comparison_data, markdown, write_report
 from .runs import DAMAGED, DONE, MISSING, PARTIAL, export_note, record_problem, run_state, train_missing, unique_runs
 
 
@@ -68,6 +68,7 @@ def compare(
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
     if dry_run:
         return describe_plan(grid, planned, print_commands)
+    check_report_files(output_dir)  # a report file compare did not write: refused before any training
     if report_only:
         _say_stale(planned)
     else:
@@ -77,7 +78,7 @@ def compare(
     specs = _all_specs(planned)
     paired, notes = paired_differences(rows, grid.reference, specs)
     glue_dir, source = grid.shared.get("glue_dir"), grid.shared.get("data_source", "auto")
-    floor = {task: majority_score(spec, glue_dir, source) for task, spec in specs.items()}
+    floor = {task: majority_score(spec, glue_dir, source, grid.max_eval_examples) for task, spec in specs.items()}
     data = comparison_data(grid.tasks, grid.reference, rows, paired, notes, floor, call, output_dir)
     paths = write_report(data, rows, output_dir)
     print(markdown(data))

@@ -1,5 +1,6 @@
 """The finished runs of each row, read from their ``results.json``: scores per seed (points, 0-100),
-parameters as a multiple of the base, wall time, examples per second and dev curves."""
+parameters as a multiple of the base, wall time and examples per second (summed over a resumed run's
+segments), the classes predicted and dev curves."""
 
 from __future__ import annotations
 
@@ -24,6 +25,38 @@ class FinishedRun:
     def scores(self) -> dict[str, float]:
         return {task: 100 * self.results["metrics"][f"{task}_score"] for task in self.tasks}
 
+    @property
+    def resumed(self) -> bool:
+        return len(self.results.get("segments", [])) > 1
+
+    def seconds(self) -> float | None:
+        """The run's wall time: its segments' (a resumed run's earlier ones up to the checkpoint it went on from)."""
+        segments = self.results.get("segments")
+        if segments is None:  # a run recorded before runs kept their segments: one segment
+            return self.results.get("wall_seconds")
+        earlier = [segment["train_seconds"] for segment in segments[:-1]]
+        return None if None in earlier else sum(earlier) + segments[-1]["wall_seconds"]
+
+    def examples_per_second(self) -> float | None:
+        """Training examples per second over the whole run (all its segments)."""
+        segments = self.results.get("segments")
+        if segments is None:
+            return _examples_per_second(self.results)
+        seconds = [segment["train_seconds"] for segment in segments]
+        if None in seconds or not sum(seconds):
+            return None
+        return segments[-1]["to_step"] * self.results["config"]["batch_size"] / sum(seconds)
+
+    def one_class_tasks(self) -> list[str]:
+        """The tasks whose dev predictions are all one class (``train``'s "class ... is never predicted" for
+        every other class)."""
+        return [
+            task
+            for task, splits in self.results.get("per_class", {}).items()
+            if task in self.tasks
+            and any(len(report["labels"]) - len(report["never_predicted"]) <= 1 for report in splits.values())
+        ]
+
 
 @dataclass
 class RowResult:
@@ -36,6 +69,7 @@ class RowResult:
     tasks: list[str]
     runs: list[FinishedRun]
     missing: list[str] = field(default_factory=list)  # folders of the row's runs not done yet
+    budget: dict = field(default_factory=dict)  # {"steps", "examples": {task: n}, "batch_size"} (`plan_runs`)
 
     @property
     def seeds(self) -> list[int]:
@@ -61,15 +95,27 @@ class RowResult:
         """Mean over seeds of the wall time of a seed's runs (summed: separate models train one by one)."""
         totals: dict[int, float] = {}
         for run in self.runs:
-            if run.results.get("wall_seconds") is None:
+            if (seconds := run.seconds()) is None:
                 return None
-            totals[run.seed] = totals.get(run.seed, 0.0) + run.results["wall_seconds"]
+            totals[run.seed] = totals.get(run.seed, 0.0) + seconds
         return statistics.fmean(totals.values()) if totals else None
 
     def examples_per_second(self) -> float | None:
-        """Mean over runs of the training examples per second the Trainer logged."""
-        rates = [rate for run in self.runs if (rate := _examples_per_second(run.results)) is not None]
+        """Mean over runs of their training examples per second (each over all its segments)."""
+        rates = [rate for run in self.runs if (rate := run.examples_per_second()) is not None]
         return statistics.fmean(rates) if rates else None
+
+    @property
+    def resumed(self) -> bool:
+        return any(run.resumed for run in self.runs)
+
+    def one_class_seeds(self) -> dict[str, list[int]]:
+        """``{task: [seeds]}``: the seeds whose run predicts one class only on the task."""
+        out: dict[str, list[int]] = {}
+        for run in self.runs:
+            for task in run.one_class_tasks():
+                out.setdefault(task, []).append(run.seed)
+        return {task: sorted(seeds) for task, seeds in out.items()}
 
     def curve(self) -> dict[int, float]:
         """Dev average (points) by step, the mean over seeds; empty without eval_steps or for separate models."""
@@ -96,21 +142,31 @@ def read_results(folder: Path) -> dict:
     return json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))
 
 
+def _finished(run: PlannedRun) -> FinishedRun | None:
+    """The run's record when it is done and scored every task the grid has now; else None (not done)."""
+    if run_state(run) != "done":
+        return None
+    results = read_results(run.folder)
+    if not all(f"{task}_score" in results.get("metrics", {}) for task in run.tasks):
+        return None  # trained before a task was added to the task file: not this grid's run
+    return FinishedRun(run.seed, run.folder, run.tasks, results)
+
+
 def collect_rows(grid: Grid, planned: list[PlannedRun]) -> list[RowResult]:
-    """Every row of the grid with its finished seeds; a seed with a run not done yet is left out, its
-    folders listed in ``missing``."""
+    """Every row of the grid with its finished seeds; a seed with a run not done yet (or whose results lack a
+    task of the grid) is left out, its folders listed in ``missing``."""
     rows = []
     for row in grid.rows:
         runs = [run for run in planned if run.row == row.name]
-        missing = [run for run in runs if run_state(run) != "done"]
+        records = {run.folder: _finished(run) for run in runs}
+        missing = [run for run in runs if records[run.folder] is None]
         incomplete_seeds = {run.seed for run in missing}
-        finished = [
-            FinishedRun(run.seed, run.folder, run.tasks, read_results(run.folder))
-            for run in runs
-            if run.seed not in incomplete_seeds
-        ]
+        finished = [records[run.folder] for run in runs if run.seed not in incomplete_seeds]
         method = row.settings.get("method", grid.shared.get("method", "pals"))
         base = "finetune" if method == SEPARATE else row.settings.get("base", grid.shared.get("base", "finetune"))
         missing_folders = [str(r.folder) for r in missing]
-        rows.append(RowResult(row.name, method, base, method == SEPARATE, grid.tasks, finished, missing_folders))
+        budget = grid.budgets.get(row.name, {})
+        rows.append(
+            RowResult(row.name, method, base, method == SEPARATE, grid.tasks, finished, missing_folders, budget)
+        )
     return rows

@@ -36,8 +36,23 @@ def paired_differences(rows: list[RowResult], reference: str, specs: dict[str, T
         if ref_predictions is None or row_predictions is None:
             notes[row.name] = f"fewer than two common seeds, and its runs keep no {DEV_PREDICTIONS_FILE}"
             continue
+        problem = _unpaired(ref_predictions, row_predictions, row.tasks)
+        if problem is not None:
+            notes[row.name] = f"fewer than two common seeds, and {problem}"
+            continue
         paired[row.name] = bootstrap_interval(row.tasks, specs, ref_predictions, row_predictions)
     return paired, notes
+
+
+def _unpaired(reference: dict, other: dict, tasks: list[str]) -> str | None:
+    """Why the dev predictions of two runs cannot be paired example by example, or None."""
+    for task in tasks:
+        (_, ref_labels), (_, labels) = reference[task], other[task]
+        if len(ref_labels) != len(labels) or not np.array_equal(ref_labels, labels):
+            return f"its runs and the reference's were scored on different {task} dev examples"
+        if len(labels) < 2:
+            return f"a bootstrap needs two or more {task} dev examples"
+    return None
 
 
 def dev_predictions(row: RowResult, seed: int) -> dict | None:

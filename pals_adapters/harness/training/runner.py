@@ -40,6 +40,7 @@ from .compiling import prepare_compile, trainer_compile_environment
 from .deepspeed_setup import check_deepspeed_launch, deepspeed_settings
 from .run_environment import run_precision_environment, torch_threads
 from .run_folder import prepare_run_folder, run_lock
+from .segments import RunSegments
 from .sharding import check_fsdp_launch, fsdp_plugin, unsharded_copy
 from .trainer import MultiTaskTrainer
 
@@ -85,7 +86,7 @@ def load_dev_sets(
     return dev
 
 
-def build_trainer(config: RunConfig, model, tokenizer, train, dev, callbacks=()) -> MultiTaskTrainer:
+def build_trainer(config: RunConfig, model, tokenizer, train, dev, callbacks=(), segments=None) -> MultiTaskTrainer:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     sampler = make_sampler(
         config.sampler,
@@ -165,6 +166,7 @@ def build_trainer(config: RunConfig, model, tokenizer, train, dev, callbacks=())
         mixed_batches=config.batching == "mixed",
         sampling_epochs=(config.steps_per_epoch, config.max_steps) if config.sampler == "annealed" else None,
         fsdp_plugin=fsdp_plugin(config.fsdp_options) if config.fsdp else None,
+        run_segments=segments,
         callbacks=list(callbacks),
     )
 
@@ -269,7 +271,8 @@ def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> d
     elif config.export and trainer_is_writer():
         _check_export_folder(config, model, tokenizer)
     parameters = parameter_summary(model)  # before a ZeRO-3 engine partitions the weights
-    trainer = build_trainer(config, model, tokenizer, train, dev, callbacks)
+    segments = RunSegments.resuming(resume)  # the time and loss of the run before its checkpoint
+    trainer = build_trainer(config, model, tokenizer, train, dev, callbacks, segments)
     trainer.train(resume_from_checkpoint=resume)
     metrics = trainer.evaluate()
     results = {
@@ -283,7 +286,8 @@ def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> d
         "per_class": trainer.class_reports,
         "skipped_rows": _skipped_record(skipped),
     }
-    results["wall_seconds"] = time.time() - started  # start to the dev table (exports not included)
+    # start to the dev table (exports not included), summed over the run's segments when it was resumed
+    results.update(segments.run_record(time.time() - started, config.batch_size, trainer.state.log_history))
     out = Path(config.output_dir)
     if config.fsdp or config.deepspeed:  # rank 0 exports full tensors, as a single process would
         model = unsharded_copy(trainer, new_model)

@@ -52,9 +52,14 @@ class MultiTaskTrainer(Trainer):
         mixed_batches: bool = False,
         sampling_epochs: tuple[int, int] | None = None,
         fsdp_plugin=None,
+        run_segments=None,
         **kwargs,
     ):
         self.fsdp_plugin = fsdp_plugin  # read by create_accelerator_and_postprocess, inside Trainer.__init__
+        # `RunSegments`: a callback that the steps' losses are added to (saved in every checkpoint)
+        self.run_segments = run_segments
+        if run_segments is not None:
+            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), run_segments]
         super().__init__(*args, **kwargs)
         self.eval_sets = eval_sets or {}
         # (steps_per_epoch, max_steps) of an annealed sampler: its epoch goes into the training log
@@ -117,6 +122,8 @@ class MultiTaskTrainer(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.run_segments is not None:
+            self.run_segments.add_loss(float(loss))
         if self._mixed_gradients is not None and self.accelerator.sync_gradients:
             self._mixed_gradients.after_backward(self.accelerator.unwrap_model(model))
         return loss

@@ -1,9 +1,11 @@
 """Every bad grid is refused before any run folder exists, with a message naming the row and what to fix."""
 
+import shutil
+
 import pytest
 from compare_grids import write_grid
 
-from pals_adapters.errors import ConfigError
+from pals_adapters.errors import ConfigError, PalsError
 from pals_adapters.harness import compare
 from pals_adapters.harness.cli import main
 
@@ -41,6 +43,21 @@ CASES = [
         ["row 't'", "shared by all rows"],
     ),
     ("a value of the wrong type", "  - name: w\n    method: pals\n    lr: fast\n", {}, ["row 'w'", "lr='fast'"]),
+    # seeds numpy refuses, or the same run twice: refused here, not inside numpy after other rows trained
+    ("a negative seed", "", {"seeds": [1, -2]}, ["seed -2 is out of range", "0 to 4294967295"]),
+    ("a seed past numpy's range", "", {"seeds": [2**32]}, ["seed 4294967296 is out of range"]),
+    ("a seed given twice", "", {"seeds": [3, 1, 3]}, ["seed 3 is given twice"]),
+    ("a row's seed out of range", "  - name: big\n    method: lora\n    seeds: [-1]\n", {}, ["row 'big'", "seed -1"]),
+    ("a seed that is no number", "", {"seeds": [1, True]}, ["True is not a whole number"]),
+    # rows scored on other dev examples than the reference's would be paired example by example wrongly
+    (
+        "a row's own eval subset",
+        "  - name: few dev\n    method: lora\n    max_eval_examples: 4\n",
+        {},
+        ["row 'few dev'", "max_eval_examples=4", "reference row 'PALs'", "set it once at the top"],
+    ),
+    ("one dev example", "", {"max_eval_examples": 1}, ["'mood' would be scored on 1 dev example", "at least 2"]),
+    ("an unknown separate budget", "", {"separate_budget": "more"}, ["separate_budget='more'", "per_task_steps"]),
 ]
 
 
@@ -62,6 +79,63 @@ def test_the_command_says_what_to_fix_without_a_traceback(user_tasks, tiny_model
     assert ended.value.code == 2
     error = capsys.readouterr().err
     assert "pals-bench compare: error:" in error and "reference 'Houlsby' is no row" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_dev_split_is_refused_before_any_folder_exists(user_tasks, tiny_model_dir, tmp_path):
+    tasks = tmp_path / "tasks"
+    shutil.copytree(user_tasks.parent, tasks, ignore=shutil.ignore_patterns("grid.yaml"))
+    (tasks / "mood" / "dev.csv").write_text("text,label\n")
+    grid = write_grid(tasks, tiny_model_dir, rows="rows:\n" + PALS)
+    with pytest.raises(PalsError) as refused:  # the data's own error, before the first run rather than in it
+        compare(grid, tmp_path / "out")
+    assert "mood/dev.csv: no data rows" in str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
+SHADOWED = (
+    PALS + "  - name: long\n    method: lora\n    max_steps: 6\n  - name: once\n    method: houlsby\n    seeds: [1]\n"
+)
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"max_steps": 2}, ["overrides={'max_steps': ...}", "row 'long' sets max_steps itself", "max_steps: 6"]),
+        ({"seeds": [5]}, ["overrides={'seeds': ...}", "row 'once' sets seeds itself"]),
+        ({"max_step": 2}, ["overrides={'max_step': ...}", "unknown setting 'max_step'", "max_steps"]),
+        ({"output_dir": "x"}, ["overrides={'output_dir': ...}", "cannot be set"]),
+    ],
+)
+def test_python_overrides_a_row_shadows_or_misspelt_are_refused_naming_the_argument(
+    overrides, words, user_tasks, tiny_model_dir, tmp_path
+):
+    grid = write_grid(user_tasks.parent, tiny_model_dir, rows="rows:\n" + SHADOWED)
+    with pytest.raises(ConfigError) as refused:
+        compare(grid, tmp_path / "out", overrides=overrides)
+    for word in words:
+        assert word in str(refused.value)
+    assert "command line" not in str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (["--max-steps", "2"], ["--max-steps: row 'long' sets max_steps itself", "remove max_steps from that row"]),
+        (["--seeds", "1", "2"], ["--seeds: row 'once' sets seeds itself"]),
+    ],
+)
+def test_command_line_options_a_row_shadows_are_refused_naming_the_option(
+    options, words, user_tasks, tiny_model_dir, tmp_path, capsys
+):
+    grid = write_grid(user_tasks.parent, tiny_model_dir, rows="rows:\n" + SHADOWED)
+    with pytest.raises(SystemExit) as ended:
+        main(["compare", "--config", str(grid), "--output-dir", str(tmp_path / "out"), *options])
+    assert ended.value.code == 2
+    error = capsys.readouterr().err
+    for word in words:
+        assert word in error
     assert not (tmp_path / "out").exists()
 
 
