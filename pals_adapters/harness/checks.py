@@ -61,6 +61,13 @@ def check_values(config) -> None:
         raise ConfigError(f"weight_decay={config.weight_decay}: must be >= 0")
     if config.seed < 0:
         raise ConfigError(f"seed={config.seed}: must be >= 0")
+    if config.selection is not None and not 0 < config.selection < 1:
+        raise ConfigError(
+            f"selection={config.selection}: the fraction of the training rows held out to score on, above 0 and "
+            "below 1 (e.g. 0.1)"
+        )
+    if config.selection_seed < 0:
+        raise ConfigError(f"selection_seed={config.selection_seed}: must be >= 0")
     if config.tasks is not None and not config.tasks:
         raise ConfigError("tasks: give at least one task")
     if config.select_best and not config.eval_steps:

@@ -51,7 +51,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     resolved = config.validate_and_resolve()
     settings = copy.deepcopy(config)
     shared = resolved.shared
-    if not settings.export:
+    if not settings.export or settings.selection is not None:  # a run scored on its selection part: no export
         export_dir = None
     elif shared is not None:
         export_dir = Path(shared.export_dir)

@@ -118,6 +118,13 @@ class RunConfig:
         "those of the subsets: preview the mix with pals-bench schedule --max-train-examples)",
     )
     max_eval_examples: int | None = _setting(None, "evaluate on the first N dev examples per task")
+    selection: float | None = _setting(
+        None,
+        "hold out this fraction of each task's training rows (a seeded split, selection_seed) as its selection part: "
+        "the run trains on the rest and is scored on the selection part (its first max_eval_examples rows), never "
+        "reading dev, and writes no export; compare's search: scores its trials so",
+    )
+    selection_seed: int = _setting(0, "seed of the selection split (with selection): the same seed, the same rows")
     eval_steps: int | None = _setting(None, "evaluate (and checkpoint) every N steps; default: only at the end")
     save_steps: int | None = _setting(None, "checkpoint every N steps (default: with eval_steps)")
     save_total_limit: int | None = _setting(None, "keep only the newest N checkpoints")

@@ -15,6 +15,8 @@ from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
 from .paired import paired_differences
 from .report import check_report_files, comparison_data, markdown, write_report
 from .runs import DAMAGED, DONE, MISSING, PARTIAL, export_note, record_problem, run_state, train_missing, unique_runs
+from .search.record import add_search_records, describe_searches
+from .search.trials import plan_searches, read_studies, run_searches, unfinished, with_choices
 
 
 def compare(
@@ -66,9 +68,13 @@ def compare(
     grid = read_grid(config, overrides)
     check_output_folder(output_dir)
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
+    searches = plan_searches(grid, output_dir)  # each row's search and its trials, checked too
     if dry_run:
-        return describe_plan(grid, planned, print_commands)
+        return describe_plan(grid, planned, print_commands, searches, output_dir)
     check_report_files(output_dir)  # a report file compare did not write: refused before any training
+    if searches:  # each row's settings chosen on its selection part, then its final runs planned with them
+        _search(searches, grid, output_dir, jobs, report_only)
+        grid, planned = _with_choices(grid, searches, output_dir)
     if report_only:
         _say_stale(planned)
     else:
@@ -80,6 +86,7 @@ def compare(
     glue_dir, source = grid.shared.get("glue_dir"), grid.shared.get("data_source", "auto")
     floor = {task: majority_score(spec, glue_dir, source, grid.max_eval_examples) for task, spec in specs.items()}
     data = comparison_data(grid.tasks, grid.reference, rows, paired, notes, floor, call, output_dir)
+    add_search_records(data, searches, grid, output_dir)
     paths = write_report(data, rows, output_dir)
     print(markdown(data))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
@@ -102,6 +109,24 @@ def check_output_folder(output_dir: Path) -> None:
                 f"{folder} is a file, not a folder: compare keeps its runs in {output_dir / 'runs'}; move the file "
                 "away or choose another --output-dir"
             )
+
+
+def _search(searches: list, grid: Grid, output_dir: Path, jobs: int, report_only: bool) -> None:
+    """Every row's search run to its end (read only with ``report_only``, which needs them finished)."""
+    if not report_only:
+        run_searches(searches, grid, output_dir, jobs)
+        return
+    read_studies(searches)
+    for search in unfinished(searches):
+        raise ConfigError(
+            f"--report-only: the search of row {search.row.name!r} is not finished, so its final runs are not known "
+            "yet; run compare without --report-only to finish it"
+        )
+
+
+def _with_choices(grid: Grid, searches: list, output_dir: Path) -> tuple[Grid, list[PlannedRun]]:
+    chosen = with_choices(grid, searches)
+    return chosen, plan_runs(chosen, output_dir)
 
 
 def _say_stale(planned: list[PlannedRun]) -> None:
@@ -129,12 +154,20 @@ def _all_specs(planned: list[PlannedRun]) -> dict:
     return specs
 
 
-def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -> dict:
-    """The dry run: each run's row, seed, state and folder, each row's parameters as a multiple of the base,
-    and with ``print_commands`` the ``pals-bench train`` command of each run not done."""
+def describe_plan(
+    grid: Grid, planned: list[PlannedRun], print_commands: bool, searches: list = (), output_dir: Path = Path(".")
+) -> dict:
+    """The dry run: each row's search (its trials so far), each run's row, seed, state and folder (a searched
+    row's once its search is finished), each row's parameters as a multiple of the base, and with
+    ``print_commands`` the ``pals-bench train`` command of each run not done."""
     from ..methods.accounting import count_method_parameters
 
-    runs = unique_runs(planned)
+    read_studies(searches)
+    searched = describe_searches(searches, grid, output_dir) if searches else {}
+    pending = {search.row.name for search in unfinished(searches)}
+    if searches:
+        grid, planned = _with_choices(grid, searches, output_dir)  # a pending row's runs: not known yet
+    runs = unique_runs([run for run in planned if run.row not in pending])
     states = {run.folder: run_state(run) for run in runs}
     words = {run.folder: state_words(run, states[run.folder]) for run in runs}
     rows = []
@@ -144,8 +177,10 @@ def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -
         method = "shared" if row.separate else first.config.method
         count = count_method_parameters(method, first.config.model, n_tasks=len(grid.tasks))
         multiple = count.multiplier + (len(grid.tasks) - 1 if row.separate else 0)
-        mine = [run for run in planned if run.row == row.name]
+        mine = [run for run in planned if run.row == row.name and row.name not in pending]
         print(f"row {row.name!r}: {'separate' if row.separate else method}, about {multiple:.2f} x the base")
+        if row.name in pending:
+            print(f"  seeds {', '.join(map(str, row.seeds))}: trained once its search has chosen their settings")
         for run in mine:
             print(f"  seed {run.seed} {'+'.join(run.tasks)}: {words[run.folder]}  {run.folder}")
         rows.append({"name": row.name, "params_x_base": multiple, "runs": [_run_line(r, states) for r in mine]})
@@ -154,7 +189,7 @@ def describe_plan(grid: Grid, planned: list[PlannedRun], print_commands: bool) -
         for run in runs:
             if states[run.folder] != DONE:
                 print(train_command(run, resume=states[run.folder] == PARTIAL))
-    return {"tasks": grid.tasks, "reference": grid.reference, "rows": rows}
+    return {"tasks": grid.tasks, "reference": grid.reference, "rows": rows, "search": searched}
 
 
 def _run_line(run: PlannedRun, states: dict) -> dict:

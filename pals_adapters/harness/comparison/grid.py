@@ -28,11 +28,11 @@ logger = logging.getLogger(__name__)
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 # Where a run is or what it continues: compare decides these for every run.
-NOT_SETTABLE = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace")
+NOT_SETTABLE = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace", "selection", "selection_seed")
 # What all rows share, so that their scores compare: a row may change anything else.
 SHARED_ONLY = ("model", "tasks", "task_file", "glue_dir", "data_source")
-GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", "separate_budget")
-ROW_KEYS = ("name", "seeds")
+GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", "separate_budget", "search")
+ROW_KEYS = ("name", "seeds", "search")  # search: the settings it chooses (search/)
 PATH_FIELDS = ("task_file", "glue_dir", "deepspeed")  # relative to the grid file's folder
 SEPARATE = "separate"  # a row of one fine-tuned model per task: the papers' baseline
 SEED_LIMIT = 2**32  # numpy's seeds run from 0 to 2**32 - 1
@@ -51,6 +51,7 @@ class Row:
     settings: dict
     seeds: list[int]
     own_seeds: bool = False  # the row sets its seeds itself
+    search: object = None  # the row's search: as written (checked by `search.space`)
 
     @property
     def separate(self) -> bool:
@@ -72,6 +73,7 @@ class Grid:
     # row name -> {"steps": {task: steps}, "examples": {task: examples}, "batch_size"}: set by `plan_runs`
     budgets: dict[str, dict] = field(default_factory=dict)
     max_eval_examples: int | None = None  # the dev subset every row is scored on: set by `plan_runs`
+    search: object = None  # the search every row makes, as written (checked by `search.space`)
 
     def row(self, name: str) -> Row:
         return next(row for row in self.rows if row.name == name)
@@ -106,6 +108,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     reference = data.pop("reference", None)
     keep = data.pop("keep_checkpoints", False)
     separate_budget = data.pop("separate_budget", EQUAL)
+    search = data.pop("search", None)
     for key in PATH_FIELDS:  # a path in the file is read from the file's folder
         if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
             data[key] = str((path.parent / data[key]).resolve())
@@ -136,7 +139,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     if reference not in names:
         raise ConfigError(f"{where}: reference {reference!r} is no row; choose one of {names}")
     _refuse_shadowed(given, rows, command_line, where)
-    return Grid(where, shared, seeds, rows, reference, keep, separate_budget)
+    return Grid(where, shared, seeds, rows, reference, keep, separate_budget, search=search)
 
 
 def _option(key: str, command_line: bool) -> str:
@@ -175,7 +178,8 @@ def _read_mapping(path: Path) -> dict:
 def _check_keys(values: dict, valid: tuple, where: str, refused: tuple = ()) -> None:
     for key in values:
         if key in refused:
-            what = "use seeds: [...]" if key == "seed" else "compare decides it for every run"
+            what = {"seed": "use seeds: [...]", "selection": "give it in search:, e.g. search: {selection: 0.1, ...}"}
+            what = what.get(key, "compare decides it for every run")
             raise ConfigError(f"{where}: {key!r} cannot be set in a comparison ({what}); remove it")
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=1)
@@ -223,7 +227,7 @@ def _read_rows(rows_data, seeds: list[int], where: str) -> list[Row]:
         if settings.get("method") == SEPARATE and settings.get("base", "finetune") != "finetune":
             raise ConfigError(f"{here}: method separate fine-tunes one model per task; remove base or set finetune")
         row_seeds = _check_seeds(item["seeds"], here) if "seeds" in item else seeds
-        rows.append(Row(name, settings, row_seeds, own_seeds="seeds" in item))
+        rows.append(Row(name, settings, row_seeds, own_seeds="seeds" in item, search=item.get("search")))
     return rows
 
 

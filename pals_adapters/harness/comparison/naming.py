@@ -47,9 +47,11 @@ def file_sha256(path: Path) -> str:
     return _FILE_DIGESTS[key]
 
 
-def read_splits(spec: TaskSpec) -> list[str]:
-    """The splits a run reads: the training split and the dev splits it is scored on (not the test split)."""
-    return [split for split in (TRAIN, *spec.dev_splits) if split in spec.splits]
+def read_splits(spec: TaskSpec, config: RunConfig | None = None) -> list[str]:
+    """The splits a run reads: the training split and the dev splits it is scored on (not the test split); a
+    run scored on its selection part reads the training split alone."""
+    scored = () if config is not None and config.selection is not None else spec.dev_splits
+    return [split for split in (TRAIN, *scored) if split in spec.splits]
 
 
 def task_definition(spec: TaskSpec) -> dict:
@@ -68,13 +70,13 @@ def task_data(spec: TaskSpec, config: RunConfig) -> dict:
     """``{split: fingerprint}`` of the splits the run reads: ``{"sha256"}`` of a file, ``{"rows", "sha256"}``
     of a dataset split (with the dataset's resolved revision), ``{"hub"}`` of a GLUE split read from the Hub."""
     if spec.dataset is not None:
-        return _dataset_data(spec)
+        return {split: data for split, data in _dataset_data(spec).items() if split in read_splits(spec, config)}
     if spec.data_dir is not None:
         files = split_files(spec)
-        return {split: {"sha256": file_sha256(Path(files[split]))} for split in read_splits(spec)}
+        return {split: {"sha256": file_sha256(Path(files[split]))} for split in read_splits(spec, config)}
     base = resolve_glue_dir(config.glue_dir)
     out = {}
-    for split in read_splits(spec):
+    for split in read_splits(spec, config):
         path = spec.split_path(split, base) if base is not None and config.data_source != "hub" else None
         if path is not None and path.is_file():
             out[split] = {"sha256": file_sha256(path)}

@@ -14,6 +14,7 @@ from pathlib import Path
 from ...errors import ConfigError
 from .collect import RowResult
 from .floor import floor_flags
+from .search.record import search_lines
 from .stats import mean_sd
 
 REPORT_NAME = "comparison"
@@ -189,6 +190,7 @@ def markdown(data: dict) -> str:
         lines.append(f"\nNo interval ({why}): {'; '.join(names)}.")
     for name, folders in data["missing"].items():
         lines.append(f"\nNot done yet ({name}): {len(folders)} runs, e.g. {folders[0]}.")
+    lines += search_lines(data)
     return "\n".join(lines) + "\n"
 
 

@@ -14,7 +14,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import datasets
 import safetensors.torch
 import torch
 from transformers import TrainingArguments, set_seed
@@ -22,8 +21,9 @@ from transformers import TrainingArguments, set_seed
 from ...errors import ConfigError
 from ...pretrained import pretrained_tokenizer
 from ..checks import resolve_task_names, resolve_tasks  # noqa: F401  (public here too)
-from ..data.batches import MultiTaskBatches, tokenize, unwrap_single_item
+from ..data.batches import MultiTaskBatches, unwrap_single_item
 from ..data.sampling import make_sampler
+from ..data.selection import SPLIT_FILE
 from ..export import EvaluationRecord, export_run, fingerprint_model
 from ..export.added_tasks import export_added_tasks
 from ..export.read import load_shared_modules
@@ -33,11 +33,11 @@ from ..plan import RunPlan, plan_run
 from ..run_config import RunConfig
 from ..scoring.report import DEV_PREDICTIONS_FILE, parameter_summary, plot_training, task_metrics, write_dev_predictions
 from ..serving.add_tasks import SharedBase
-from ..tasks.spec import TaskSpec
-from ..tasks.splits import SkippedRows, load_split
+from ..tasks.splits import SkippedRows
 from .checkpoints import check_rank_count
 from .compiling import prepare_compile, trainer_compile_environment
 from .deepspeed_setup import check_deepspeed_launch, deepspeed_settings
+from .run_data import load_dev_sets, load_train_sets, regression_label_stats  # noqa: F401 (public here too)
 from .run_environment import run_precision_environment, torch_threads
 from .run_folder import prepare_run_folder, run_lock
 from .segments import RunSegments
@@ -45,45 +45,6 @@ from .sharding import check_fsdp_launch, fsdp_plugin, unsharded_copy
 from .trainer import MultiTaskTrainer
 
 logger = logging.getLogger(__name__)
-
-
-def load_train_sets(
-    config: RunConfig, specs: dict[str, TaskSpec], tokenizer, skipped: list[SkippedRows] | None = None
-) -> dict[str, datasets.Dataset]:
-    """Tokenised training set per task (a seeded random subset if ``max_train_examples``); ``skipped``
-    receives the malformed rows that tasks with ``skip_bad_rows`` left out."""
-    train = {}
-    for name, spec in specs.items():
-        data = load_split(spec, "train", glue_dir=config.glue_dir, source=config.data_source, skipped=skipped)
-        if config.max_train_examples:
-            data = data.shuffle(seed=config.seed).select(range(min(config.max_train_examples, len(data))))
-        train[name] = tokenize(data, spec, tokenizer, config.max_length)
-    return train
-
-
-def regression_label_stats(train: dict[str, datasets.Dataset], specs: dict[str, TaskSpec]) -> dict:
-    """Mean and standard deviation of the training labels of each regression task."""
-    stats = {}
-    for name, spec in specs.items():
-        if spec.is_regression:
-            labels = torch.tensor(train[name]["label"], dtype=torch.float64)
-            stats[name] = (float(labels.mean()), float(labels.std(unbiased=False)))
-    return stats
-
-
-def load_dev_sets(
-    config: RunConfig, specs: dict[str, TaskSpec], tokenizer, skipped: list[SkippedRows] | None = None
-) -> dict[str, dict[str, "datasets.Dataset"]]:
-    """Tokenised dev splits per task (MNLI has two), the first ``max_eval_examples`` rows if set."""
-    dev = {}
-    for name, spec in specs.items():
-        dev[name] = {}
-        for split in spec.dev_splits:
-            data = load_split(spec, split, glue_dir=config.glue_dir, source=config.data_source, skipped=skipped)
-            if config.max_eval_examples:
-                data = data.select(range(min(config.max_eval_examples, len(data))))
-            dev[name][split] = tokenize(data, spec, tokenizer, config.max_length)
-    return dev
 
 
 def build_trainer(config: RunConfig, model, tokenizer, train, dev, callbacks=(), segments=None) -> MultiTaskTrainer:
@@ -256,7 +217,9 @@ def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> d
     set_seed(config.seed)
     tokenizer = pretrained_tokenizer(resolve_model(base_source))
     skipped: list[SkippedRows] = []  # malformed rows that tasks with skip_bad_rows left out (logged, recorded)
-    train, dev = load_train_sets(config, specs, tokenizer, skipped), load_dev_sets(config, specs, tokenizer, skipped)
+    held_out: dict = {}  # with selection: which training rows each task's selection part holds
+    train = load_train_sets(config, specs, tokenizer, skipped, held_out)
+    dev = load_dev_sets(config, specs, tokenizer, skipped)
     label_stats = regression_label_stats(train, specs) if config.standardise_targets else None
 
     def new_model():
@@ -285,6 +248,7 @@ def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> d
         "threads": torch.get_num_threads(),
         "per_class": trainer.class_reports,
         "skipped_rows": _skipped_record(skipped),
+        "scored_on": "selection" if config.selection is not None else "dev",
     }
     # start to the dev table (exports not included), summed over the run's segments when it was resumed
     results.update(segments.run_record(time.time() - started, config.batch_size, trainer.state.log_history))
@@ -323,6 +287,8 @@ def _train(plan: RunPlan, resume: str | None, started: float, callbacks=()) -> d
         out.mkdir(parents=True, exist_ok=True)
         results["plot"] = _plot(trainer.state.log_history, out / PLOT_FILE)
         write_dev_predictions(trainer.dev_predictions, out / DEV_PREDICTIONS_FILE)  # for paired bootstraps
+        if held_out:  # the recorded split: the rows scored, never trained on
+            (out / SPLIT_FILE).write_text(json.dumps(held_out, indent=2), encoding="utf-8")
         written = out / f".results.json.tmp-{os.getpid()}"  # then renamed: a folder never holds half a record
         written.write_text(json.dumps(results, indent=2, default=str))
         os.replace(written, out / "results.json")
