@@ -109,13 +109,13 @@ def read_search(grid: Grid, row: Row) -> SearchSpec | None:
     """The row's search (the grid's, with the row's own entries), or None when it makes none; ConfigError
     naming the grid file, the row and what to fix."""
     where = f"{grid.source}: search"
-    shared = _mapping(grid.search, where) if grid.search is not None else {}
+    shared = _mapping(grid.search, where, row_level=False) if grid.search is not None else {}
     for key in shared:
         _check_name(key, where)
-    if row.search is False or (row.search is None and not shared):
-        return None
+    if row.search is False or (row.search is None and not set(shared) - set(SEARCH_KEYS)):
+        return None  # left out, or a grid-level search that only sets how the searching rows split the data
     here = f"{grid.source}: row {row.name!r}: search"
-    own = _mapping(row.search, here) if row.search is not None else {}
+    own = _mapping(row.search, here, row_level=True) if row.search is not None else {}
     for key in own:
         _check_name(key, here)
         if key in GRID_ONLY:
@@ -144,12 +144,12 @@ def read_search(grid: Grid, row: Row) -> SearchSpec | None:
     return spec
 
 
-def _mapping(value, where: str) -> dict:
+def _mapping(value, where: str, row_level: bool) -> dict:
     if not isinstance(value, dict) or not value:
         raise ConfigError(
             f"{where}: {value!r}: give the settings to choose and their candidates, e.g. search: {{adapter_lr: "
             "[3.0e-4, 1.0e-3]}, or ranges with a trial count: {adapter_lr: {log: [1.0e-4, 1.0e-2]}, trials: 12}"
-            + ("; search: false leaves a row out of the grid's search" if "row" in where else "")
+            + ("; search: false leaves the row out of the grid's search" if row_level else "")
         )
     return value
 
