@@ -21,19 +21,19 @@ SEARCH_KEYS = ("trials", "seed", "selection")
 GRID_ONLY = ("seed", "selection")  # every row's trials train and score on the same split of the data
 RANGES = ("log", "uniform")
 DEFAULT_SELECTION = 0.1
-# What a search may not choose: what the rows share, the budget and dev subset (equal for every row), what
-# makes the row the method it is, and what changes no score.
-NOT_SEARCHABLE = (
-    *NOT_SETTABLE,
-    *SHARED_ONLY,
-    *BUDGET_SETTINGS,
-    *NOT_IN_DIGEST,
-    "batch_size",
-    "max_train_examples",
-    "max_eval_examples",
-    "method",
-    "base",
-)
+# What a search may not choose, and why.
+NOT_SEARCHABLE = {
+    **{name: "compare decides it for every run" for name in NOT_SETTABLE},
+    **{name: "every row shares it; set it at the top of the grid file" for name in SHARED_ONLY},
+    **{name: "it changes no score" for name in NOT_IN_DIGEST},
+    **{
+        name: "it sets the training budget, which every row gets alike; set it in the grid (or the row)"
+        for name in (*BUDGET_SETTINGS, "batch_size", "max_train_examples")
+    },
+    "max_eval_examples": "it sets the dev examples every row is scored on; set it at the top of the grid file",
+    "method": "it makes the row the method it is; give each method its own row",
+    "base": "it makes the row the method it is; give each base its own row",
+}
 INSTALL = 'pip install "pals-adapters[search]"'
 
 
@@ -123,21 +123,21 @@ def read_search(grid: Grid, row: Row) -> SearchSpec | None:
                 f"{here}: {key!r} is the same for every row (every row's trials are split and seeded alike); set "
                 f"it in the grid's search: at the top of the file"
             )
+    seed = shared.get("seed", grid.seeds[0])
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
+        raise ConfigError(f"{where}: seed={seed!r}: give a whole number from 0 to {SEED_LIMIT - 1}")
+    selection = shared.get("selection", DEFAULT_SELECTION)
+    if isinstance(selection, bool) or not isinstance(selection, (int, float)) or not 0 < selection < 1:
+        raise ConfigError(
+            f"{where}: selection={selection!r}: the fraction of each task's training rows held out to score the "
+            "trials on, above 0 and below 1 (e.g. selection: 0.1)"
+        )
     merged = {**shared, **own}
     space = {key: value for key, value in merged.items() if key not in SEARCH_KEYS}
     where = here if row.search is not None else f"{where} (row {row.name!r})"
     if not space:
         raise ConfigError(f"{where}: names no setting to choose; e.g. search: {{adapter_lr: [3.0e-4, 1.0e-3]}}")
     space = {name: _candidates(name, values, where) for name, values in space.items()}
-    seed = merged.get("seed", grid.seeds[0])
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
-        raise ConfigError(f"{where}: seed={seed!r}: give a whole number from 0 to {SEED_LIMIT - 1}")
-    selection = merged.get("selection", DEFAULT_SELECTION)
-    if isinstance(selection, bool) or not isinstance(selection, (int, float)) or not 0 < selection < 1:
-        raise ConfigError(
-            f"{where}: selection={selection!r}: the fraction of each task's training rows held out to score the "
-            "trials on, above 0 and below 1 (e.g. selection: 0.1)"
-        )
     spec = SearchSpec(space, 0, seed, float(selection))
     spec.trials = _trials(merged.get("trials"), spec, where)
     _require_optuna(where)
@@ -163,10 +163,7 @@ def _check_name(key, where: str) -> None:
             f"weight_decay, warmup_ratio) besides {', '.join(SEARCH_KEYS)}"
         )
     if key in NOT_SEARCHABLE:
-        raise ConfigError(
-            f"{where}: {key!r} cannot be searched: the rows share it, it sets the budget or the dev subset every row "
-            "is compared on, makes the row the method it is, or changes no score; set it in the grid (or the row)"
-        )
+        raise ConfigError(f"{where}: {key!r} cannot be searched: {NOT_SEARCHABLE[key]}")
 
 
 def _candidates(name: str, values, where: str):

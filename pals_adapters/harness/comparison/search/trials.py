@@ -57,7 +57,7 @@ def plan_trial(
 ) -> list[PlannedRun]:
     """The runs of one trial of ``row``: its settings with ``settings``, trained on the training part, scored
     on the selection part, at the search's seed, with no export; checked as compare checks a row's runs."""
-    label = f"{row.name}: trial {number}" if number is not None else f"{row.name}: search"
+    label = f"{row.name}: trial {number}" if number is not None else row.name  # an error names the row
     trial_settings = {**row.settings, **settings, "selection": spec.selection, "selection_seed": spec.seed}
     trial_settings["export"] = False
     trial = Row(label, trial_settings, [spec.seed], own_seeds=True)
