@@ -202,6 +202,9 @@ def digest_settings(config: RunConfig) -> dict:
     settings = json.loads(json.dumps(dataclasses.asdict(config), default=str))
     for name in (*NOT_IN_DIGEST, *INPUT_SETTINGS):
         settings.pop(name, None)
+    if settings.get("selection") is None:  # scored on dev: the digest of a run from before selection existed
+        settings.pop("selection", None)
+        settings.pop("selection_seed", None)
     settings["method"] = current_name(settings["method"])
     return settings
 
