@@ -88,6 +88,19 @@ def test_the_dry_run_lists_the_trials_and_their_state(searched, capsys):
     assert len(plan["search"]["fine-tuned, searched"]["trials"]) == 2
 
 
+def test_the_dry_run_of_a_new_search_lists_its_candidates_and_writes_nothing(searched, tmp_path, capsys):
+    grid, out, _ = searched
+    fresh = tmp_path / "fresh"
+    compare(grid, fresh, dry_run=True)
+    printed = capsys.readouterr().out
+    assert "search of row 'fine-tuned, searched': 2 trials (grid over lr), 0 done" in printed
+    assert "candidate lr=0.01: to train" in printed and "candidate lr=1e-06: to train" in printed
+    assert "seeds 1, 2: trained once its search has chosen their settings" in printed
+    assert not fresh.exists()
+    trained = {path.name for path in out.glob("search/runs/*")}  # the same trials, the same folder names
+    assert {line.split("/")[-1] for line in printed.splitlines() if "candidate" in line} == trained
+
+
 def test_the_dev_set_plays_no_part_in_the_search(searched, tmp_path, capsys):
     """Dev labels scrambled after the search: the same trials, not trained again, the same choice; the final
     runs (scored on dev) are trained again. The rows held out are training rows, none of them a dev row."""

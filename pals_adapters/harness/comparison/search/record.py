@@ -11,7 +11,7 @@ from ..collect import FinishedRun
 from ..grid import Grid
 from ..runs import DONE, RESULTS_FILE, run_state, unique_runs
 from . import study as studies
-from .trials import RowSearch
+from .trials import RowSearch, plan_trial
 
 
 def search_record(search: RowSearch, grid: Grid, output_dir: Path) -> dict:
@@ -108,10 +108,15 @@ def describe_searches(searches: list[RowSearch], grid: Grid, output_dir: Path) -
         )
         trials = record["trials"] if record else []
         for trial in trials:
-            state = "done" if trial["selection_score"] is not None else "to train"
-            print(f"  trial {trial['number']} {_settings(trial['settings'])}: {state}  {trial['run_dir']}")
+            state = "done" if trial["selection_score"] is not None else "to train (or resume)"
+            folder = Path(output_dir) / trial["run_dir"]
+            print(f"  trial {trial['number']} {_settings(trial['settings'])}: {state}  {folder}")
         left = search.spec.trials - len(trials)
-        if left:
+        if left and search.spec.grid_form and left == len(search.spec.combinations()):
+            for settings in search.spec.combinations():  # every candidate is tried: their runs are known
+                folder = plan_trial(grid, search.row, search.spec, settings, output_dir)[0].folder
+                print(f"  candidate {_settings(settings)}: to train  {folder}")
+        elif left:
             how = "the grid's candidates" if search.spec.grid_form else "drawn as the search goes"
             print(f"  {left} trials not asked yet ({how})")
         out[search.row.name] = {"trials": trials, "chosen": search.chosen() if search.study is not None else None}
