@@ -37,7 +37,9 @@ def compare(
     ``tasks``, ``task_file``, ``glue_dir``, ``max_steps``, learning rates ...; paths relative to the file),
     ``seeds: [...]``, ``rows:`` (each a ``name`` and the settings it changes, e.g. ``method: pals`` and
     ``base: frozen``; ``method: separate`` trains one fine-tuned model per task, the papers' baseline),
-    ``reference:`` (a row's name) and optionally ``keep_checkpoints: true``. ``overrides`` replace the file's
+    ``reference:`` (a row's name) and optionally ``keep_checkpoints: true``; ``search:`` (at the top for every
+    row, or in a row) chooses each row's settings by trial runs scored on training rows held out, never on
+    dev, before the row's seeds run with them (docs/compare.md). ``overrides`` replace the file's
     shared settings (``{"model": "roberta-base"}`` is the same comparison on another base; ``"seeds"``
     too).
 
@@ -56,7 +58,7 @@ def compare(
     done and name the missing ones.
 
     Writes ``comparison.json`` (``{"tasks", "reference", "rows": [{"name", "method", "base", "seeds",
-    "runs": [{"seed", "run_dir", "scores", "seconds"}], "mean", "sd", "params_x_base"}], "paired": {row:
+    "runs": [{"seed", "run_dir", "scores", "seconds"}], "mean", "sd", "params_x_base", "search"}], "paired": {row:
     {task|"average": {"mean", "low", "high", "n", "interval"}}}}``, scores in points 0-100, paired as
     reference minus row with 95% intervals), ``comparison.md`` (printed too), ``comparison.csv`` and
     ``comparison.png`` in ``output_dir``, and returns the JSON data.

@@ -1,10 +1,12 @@
 """A ``search:`` a grid file gets wrong is refused before anything trains or any folder is written, with a
 ConfigError that names the grid file, the row and what to fix."""
 
+import re
 import sys
 
 import pytest
 import yaml
+from helpers import REPO
 from search_grids import write_search_grid, write_signal_task
 
 from pals_adapters.errors import ConfigError
@@ -90,3 +92,19 @@ def test_a_row_left_out_of_the_grids_search_makes_none(tiny_model_dir, tmp_path,
     grid = _grid(tmp_path, tiny_model_dir, False, {"lr": [1e-3, 1e-2]})
     plan = compare(grid, tmp_path / "out", dry_run=True)
     assert plan["search"] == {} and "search of row" not in capsys.readouterr().out
+
+
+def test_the_worked_example_of_the_docs_plans_a_search_of_every_row(user_tasks, tiny_model_dir, tmp_path, capsys):
+    """docs/compare.md's example grid (on the user's tasks and a tiny model): every row's search planned with
+    the same trial count, nothing written."""
+    page = (REPO / "docs" / "compare.md").read_text(encoding="utf-8")
+    example = next(b for b in re.findall(r"^```yaml\n(.*?)^```", page, flags=re.S | re.M) if "search:" in b)
+    grid = user_tasks.parent / "searched.yaml"
+    shared = {"task_file": "tasks.yaml", "model": str(tiny_model_dir), "max_steps": 4, "batch_size": 8}
+    shared.update(max_length=24, seeds=[1, 2, 3], reference="PALs")
+    grid.write_text(yaml.safe_dump(shared) + example)
+    plan = compare(grid, tmp_path / "out", dry_run=True)
+    printed = capsys.readouterr().out
+    assert set(plan["search"]) == {"PALs", "Houlsby", "LoRA r=8, frozen base", "separate models"}
+    assert printed.count(": 8 trials (tpe over adapter_lr, lr), 0 done") == 4
+    assert not (tmp_path / "out").exists()

@@ -16,8 +16,8 @@ from .trials import RowSearch, plan_trial
 
 def search_record(search: RowSearch, grid: Grid, output_dir: Path) -> dict:
     """``{"space", "sampler", "trials_per_row", "seed", "selection", "trials": [{"number", "settings",
-    "selection_score", "run_dir", "run_dirs"}], "chosen", "cost": {"runs", "steps", "seconds"}}``; folders
-    relative to ``output_dir``, scores in points (None for a trial not told yet)."""
+    "selection_score", "run_dir", "run_dirs"}], "chosen", "chosen_trial", "cost": {"runs", "steps",
+    "seconds"}}``; folders relative to ``output_dir``, scores in points (None for a trial not told yet)."""
     trials, steps, seconds, count = [], 0, 0.0, 0
     for trial in studies.trials_of(search.study):
         runs = search.trial_runs(grid, output_dir, trial)
@@ -44,6 +44,7 @@ def search_record(search: RowSearch, grid: Grid, output_dir: Path) -> dict:
         "selection": search.spec.selection,
         "trials": trials,
         "chosen": search.chosen(),
+        "chosen_trial": studies.best(search.study).number if search.chosen() is not None else None,
         "cost": {"runs": count, "steps": steps, "seconds": seconds},
     }
 
@@ -79,7 +80,7 @@ def search_lines(data: dict) -> list[str]:
         cost = search["cost"]
         lines += [
             "",
-            f"{row['name'].replace('|', chr(92) + '|')}: chose {chosen} ({search['sampler']}, "
+            f"{row['name']}: chose {chosen} ({search['sampler']}, "
             f"{len(search['trials'])} of {search['trials_per_row']} trials, selection {search['selection']:g} of "
             f"the training rows, seed {search['seed']}; cost {cost['runs']} runs, {cost['steps']:,} steps, "
             f"{cost['seconds']:.0f} s)",
@@ -89,7 +90,7 @@ def search_lines(data: dict) -> list[str]:
         ]
         for trial in search["trials"]:
             score = trial["selection_score"]
-            mark = "chosen" if search["chosen"] is not None and trial["settings"] == search["chosen"] else ""
+            mark = "chosen" if trial["number"] == search["chosen_trial"] else ""
             cells = " | ".join(_value(trial["settings"][n]) for n in names)
             lines.append(f"| {trial['number']} | {cells} | {'-' if score is None else f'{score:.1f}'} | {mark} |")
     return lines
