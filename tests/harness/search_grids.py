@@ -26,7 +26,7 @@ def write_signal_task(folder, dev_labels=None):
         (folder / "signal" / f"{split}.csv").write_text("\n".join(lines) + "\n")
     (folder / "tasks.yaml").write_text(
         "tasks:\n  - name: signal\n    train: signal/train.csv\n    validation: signal/dev.csv\n"
-        "    text_columns: [text]\n    label_column: label\n"
+        "    text_columns: [text]\n    label_column: label\n    id_column: id\n"
     )
     return folder / "tasks.yaml"
 

@@ -116,7 +116,7 @@ def check_output_folder(output_dir: Path) -> None:
 def _search(searches: list, grid: Grid, output_dir: Path, jobs: int, report_only: bool) -> None:
     """Every row's search run to its end (read only with ``report_only``, which needs them finished)."""
     if not report_only:
-        run_searches(searches, grid, output_dir, jobs)
+        run_searches(searches, grid, output_dir, lambda runs: train_missing(runs, False, jobs))
         return
     read_studies(searches)
     for search in unfinished(searches):

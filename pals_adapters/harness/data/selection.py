@@ -42,4 +42,6 @@ def split_training_rows(task: str, data, fraction: float, seed: int):
         "selection_rows": held_out,
         "sha256": hashlib.sha256(json.dumps(held_out).encode("utf-8")).hexdigest(),
     }
+    if "id" in data.column_names:  # a task with an id_column: the rows held out by their ids too
+        record["selection_ids"] = [str(i) for i in data.select(held_out)["id"]]
     return data.select(training), data.select(held_out), record

@@ -126,7 +126,8 @@ def test_the_dev_set_plays_no_part_in_the_search(searched, tmp_path, capsys):
     ids = {split: _ids(grid.parent / "signal" / f"{split}.csv") for split in ("train", "dev")}
     for trial in after["search"]["trials"]:
         split = json.loads((out / trial["run_dir"] / "selection_split.json").read_text())["signal"]
-        held_out = {ids["train"][i] for i in split["selection_rows"]}
+        held_out = set(split["selection_ids"])
+        assert held_out == {ids["train"][i] for i in split["selection_rows"]}  # the rows of the training file
         assert len(held_out) == round(0.25 * ROWS[0]) and split["training_rows"] == ROWS[0] - len(held_out)
         assert held_out.isdisjoint(ids["dev"]) and split["seed"] == 1  # the search's seed: the grid's first
 

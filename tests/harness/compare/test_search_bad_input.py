@@ -108,3 +108,10 @@ def test_the_worked_example_of_the_docs_plans_a_search_of_every_row(user_tasks, 
     assert set(plan["search"]) == {"PALs", "Houlsby", "LoRA r=8, frozen base", "separate models"}
     assert printed.count(": 8 trials (tpe over adapter_lr, lr), 0 done") == 4
     assert not (tmp_path / "out").exists()
+
+
+def test_report_only_names_a_search_not_finished(tiny_model_dir, tmp_path):
+    grid = _grid(tmp_path, tiny_model_dir, {"lr": [1e-3, 1e-2]}, None)
+    with pytest.raises(ConfigError, match=r"--report-only: the search of row 'searched' is not finished"):
+        compare(grid, tmp_path / "out", report_only=True)
+    assert not (tmp_path / "out" / "runs").exists()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from filelock import FileLock
+
 from .space import SearchSpec
 
 RUNNING, COMPLETE = "RUNNING", "COMPLETE"
@@ -47,8 +49,14 @@ def trials_of(study) -> list:
     return sorted(study.get_trials(deepcopy=False), key=lambda trial: trial.number) if study is not None else []
 
 
-def ask_round(study, spec: SearchSpec) -> None:
-    """Asks the next round's trials, when no trial is waiting for its score and the search has trials left."""
+def ask_round(study, spec: SearchSpec, journal: Path) -> None:
+    """Asks the next round's trials, when no trial is waiting for its score and the search has trials left
+    (under a lock: two commands on one output folder never both ask)."""
+    with FileLock(str(journal) + ".lock"):
+        _ask_round(study, spec)
+
+
+def _ask_round(study, spec: SearchSpec) -> None:
     optuna = _optuna()
     trials = trials_of(study)
     if any(trial.state.name == RUNNING for trial in trials) or len(trials) >= spec.trials:
@@ -75,7 +83,7 @@ def tell(study, number: int, score: float) -> None:
     """The trial's selection score, recorded (the grid sampler would stop an optimisation loop there is none of:
     a plain sampler sees the tell)."""
     study.sampler = _optuna().samplers.RandomSampler(seed=0)
-    study.tell(number, score)
+    study.tell(number, score, skip_if_finished=True)  # another command on the folder may have told it
 
 
 def best(study):

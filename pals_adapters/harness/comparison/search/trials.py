@@ -9,17 +9,21 @@ resumes, and a trial is never taken for a final run. The final runs train on the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 import statistics
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ....errors import ConfigError
+from .. import budgets
 from ..grid import Grid, PlannedRun, Row, plan_runs
-from ..runs import DONE, run_state, train_missing
+from ..runs import DONE, run_state
 from . import study as studies
 from .space import SearchSpec, read_search
 
@@ -67,7 +71,17 @@ def plan_trial(
         rows.append(dataclasses.replace(reference_row, seeds=[spec.seed], search=None))
         reference = reference_row.name
     sub = Grid(grid.source, grid.shared, [spec.seed], rows, reference, False, grid.separate_budget)
-    return [run for run in plan_runs(sub, Path(output_dir) / SEARCH_FOLDER) if run.row == label]
+    with _quiet(budgets.logger):  # the row's own runs warn of what its trials share
+        return [run for run in plan_runs(sub, Path(output_dir) / SEARCH_FOLDER) if run.row == label]
+
+
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    before, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = before
 
 
 def plan_searches(grid: Grid, output_dir: Path) -> list[RowSearch]:
@@ -118,21 +132,22 @@ def tell_finished(search: RowSearch, grid: Grid, output_dir: Path) -> None:
             studies.tell(search.study, trial.number, selection_score(runs))
 
 
-def run_searches(searches: list[RowSearch], grid: Grid, output_dir: Path, jobs: int) -> None:
-    """Every row's search to its end: round after round, the trials of every row trained together (``jobs``
-    at a time), each told its selection score. Trials already done are read, not trained again."""
+def run_searches(searches: list[RowSearch], grid: Grid, output_dir: Path, train: Callable) -> None:
+    """Every row's search to its end: round after round, the trials of every row trained together by
+    ``train`` (compare's launcher, given the round's runs), each told its selection score. Trials already done
+    are read, not trained again."""
     for search in searches:
         search.study = studies.open_study(search.journal, search.name, create=True)
     while True:
         todo = []
         for search in searches:
             tell_finished(search, grid, output_dir)
-            studies.ask_round(search.study, search.spec)
+            studies.ask_round(search.study, search.spec, search.journal)
             for trial in studies.waiting(search.study):
                 todo += search.trial_runs(grid, output_dir, trial)
         if not todo:
             return
-        train_missing(todo, keep_checkpoints=False, jobs=jobs)  # trials are runs: the same launcher as the rest
+        train(todo)  # trials are runs: the same launcher as the rest
 
 
 def with_choices(grid: Grid, searches: list[RowSearch]) -> Grid:
