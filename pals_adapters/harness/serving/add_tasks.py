@@ -72,7 +72,7 @@ def shared_base_of(export_dir: str | Path) -> SharedBase:
             raise AdapterLoadError(
                 f"{export_dir}: its tasks do not share one method and base; give a run's export folder"
             )
-    if first.base_mode == "finetune":
+    if first.base_path is not None:  # fine-tuned, or a frozen base exported with the tasks (--with-base)
         base_dir = export_dir / BASE_DIR
         base = read_base_manifest(base_dir)  # a missing or unreadable manifest is an error
         verify_files(base_dir, base.files)

@@ -45,10 +45,18 @@ class Prediction:
     logits: tuple[float, ...]
     probabilities: tuple[float, ...] | None = None
 
+    labels: tuple[str, ...] | None = None  # the task's labels, in the order of ``probabilities``
+
     @property
     def probability(self) -> float | None:
         """The probability of the predicted label (None for a regression task)."""
         return max(self.probabilities) if self.probabilities else None
+
+    @property
+    def by_label(self) -> dict[str, float] | None:
+        """The probability of each label by its name (``{"negative": 0.1, "positive": 0.9}``); None for a
+        regression task."""
+        return dict(zip(self.labels, self.probabilities)) if self.probabilities and self.labels else None
 
 
 def usable_positions(config: Any) -> int | None:
@@ -243,4 +251,4 @@ def decode(spec: TaskSpec, logits: np.ndarray) -> Prediction:
     exp = np.exp(values - values.max())
     probabilities = tuple(float(p) for p in exp / exp.sum())
     label = spec.labels[int(np.argmax(values))]
-    return Prediction(spec.name, label, tuple(float(x) for x in logits), probabilities)
+    return Prediction(spec.name, label, tuple(float(x) for x in logits), probabilities, tuple(spec.labels))

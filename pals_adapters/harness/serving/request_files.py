@@ -160,8 +160,7 @@ def write_answers(
     for request, answer in zip(requests, answers):
         row = [request["id"], answer.task, answer.label, answer.probability]
         if fmt == "jsonl":
-            probabilities = answer.probabilities
-            row.append(dict(zip(tasks[answer.task].labels, probabilities)) if probabilities else None)
+            row.append(answer.by_label)
         rows.append(row)
     write_table(path, fmt, columns, rows)
 
