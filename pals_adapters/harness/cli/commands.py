@@ -29,6 +29,7 @@ from ..serving.predictor import (
     decode,
     usable_positions,
 )
+from ..serving.add_tasks import taken_from_export
 from ..serving.request_files import (
     answer_format,
     check_output_place,
@@ -48,7 +49,11 @@ from .prediction_files import one_task, predict_file, row_ids, split_hint, write
 
 
 def cmd_train(args) -> None:
-    results = run(config_from_args(args))
+    config = config_from_args(args)
+    taken = taken_from_export(config)
+    if taken and trainer_is_writer():
+        print(taken)
+    results = run(config)
     if not trainer_is_writer():  # under torchrun the table is rank 0's
         return
     print(results_table(results))
