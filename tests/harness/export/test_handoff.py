@@ -11,6 +11,7 @@ import random
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import datasets
 import pytest
@@ -29,6 +30,8 @@ rows:
     base: frozen
   - name: Houlsby
     method: houlsby
+  - name: separate models
+    method: separate
 """
 
 
@@ -225,10 +228,48 @@ def test_export_errors_name_the_rows_the_seeds_and_the_missing_run(handed_off, t
 
     project, comparison, _ = handed_off
     grid = project / "grid.yaml"
-    with pytest.raises(ConfigError, match="no such row; its rows: 'PALs frozen', 'Houlsby'"):
+    with pytest.raises(ConfigError, match="no such row; its rows: 'PALs frozen', 'Houlsby', 'separate models'"):
         export_row(grid, comparison, "PALs", tmp_path / "x")
     with pytest.raises(ConfigError, match=r"--seed 2: row 'Houlsby' has no run of that seed; its seeds: \[1\]"):
         export_row(grid, comparison, "Houlsby", tmp_path / "x", seed=2)
     with pytest.raises(ConfigError, match="is not finished .* train it first: pals-bench compare"):
         export_row(grid, comparison, "Houlsby", tmp_path / "x", seed=2, overrides={"seeds": [1, 2]})
     assert not (tmp_path / "x").exists()
+
+
+def test_a_row_of_separate_models_gives_one_export_per_task(handed_off, tmp_path):
+    from pals_adapters.harness import export_row
+    from pals_adapters.harness.export import load_task
+
+    project, comparison, _ = handed_off
+    written = export_row(project / "grid.yaml", comparison, "separate models", tmp_path / "separate")
+    assert sorted(written) == ["mood", "mood/base", "reviews", "reviews/base", "topics", "topics/base"]
+    for task in ("mood", "reviews", "topics"):  # each task with its own fine-tuned base
+        assert sorted(p.name for p in (tmp_path / "separate" / task).iterdir()) == ["base", task]
+        assert list(load_task(tmp_path / "separate" / task / task).tasks) == [task]
+    assert "row `separate models` (seed 1" in (tmp_path / "separate" / "topics" / "topics" / "README.md").read_text()
+
+
+def test_a_run_that_kept_no_export_says_how_to_get_one(handed_off, tmp_path):
+    from pals_adapters.harness import export_row
+
+    project, comparison, _ = handed_off
+    copy = shutil.copytree(comparison, tmp_path / "comparison")
+    for export in copy.glob("runs/pals-*/export"):
+        shutil.rmtree(export)
+    with pytest.raises(ConfigError, match="the run kept no export .* pals-bench export .* --out DIR"):
+        export_row(project / "grid.yaml", copy, "PALs frozen", tmp_path / "x")
+
+
+def test_the_seed_closest_to_the_row_s_mean_is_exported_by_default():
+    from pals_adapters.harness.comparison.collect import FinishedRun, RowResult
+    from pals_adapters.harness.comparison.handoff import _chosen_seed
+
+    def finished(seed, score):
+        return FinishedRun(seed, Path(f"run-{seed}"), ["mood"], {"metrics": {"mood_score": score}})
+
+    row = RowResult("r", "pals", "frozen", False, ["mood"], [finished(1, 0.5), finished(2, 0.9), finished(3, 0.6)])
+    assert _chosen_seed(row, None, [], "grid.yaml", "out") == 3  # mean 0.667: seed 3 is nearest
+    assert _chosen_seed(row, 2, [], "grid.yaml", "out") == 2
+    tie = RowResult("r", "pals", "frozen", False, ["mood"], [finished(4, 0.4), finished(2, 0.6)])
+    assert _chosen_seed(tie, None, [], "grid.yaml", "out") == 2  # a tie: the lowest seed
