@@ -21,6 +21,7 @@ from ..methods.accounting import count_method_parameters
 from ..scoring.evaluation import evaluate_tasks, predict
 from ..scoring.metrics import glue_average
 from ..scoring.report import class_table, never_predicted, results_table
+from ..serving.add_tasks import taken_from_export
 from ..serving.predictor import (
     DEFAULT_MAX_LENGTH,
     MultiTaskPredictor,
@@ -29,7 +30,6 @@ from ..serving.predictor import (
     decode,
     usable_positions,
 )
-from ..serving.add_tasks import taken_from_export
 from ..serving.request_files import (
     answer_format,
     check_output_place,

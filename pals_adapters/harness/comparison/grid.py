@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ...errors import ConfigError, PalsError
+from .. import settings_yaml
 from ..run_config import RunConfig
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
 def _read_mapping(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else settings_yaml.safe_load(text)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the grid file ({err.strerror})") from None
     except (yaml.YAMLError, json.JSONDecodeError) as err:
