@@ -26,7 +26,7 @@ from ..serving.predictor import (
     DEFAULT_MAX_LENGTH,
     MultiTaskPredictor,
     check_max_length,
-    checked_request,
+    check_requests,
     decode,
     usable_positions,
 )
@@ -279,8 +279,7 @@ def _predict_requests(args) -> None:
         _check_length_option(args, read_task_manifest(task_dir))
     requests = read_requests(args.input)
     tasks = served_tasks(args.export)
-    for position, request in enumerate(requests):  # every request checked before the model loads
-        checked_request(position, request, tasks)
+    check_requests(requests, tasks)  # every request checked before the model loads, every bad one named
     predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model, max_length=args.max_length)
     if args.compile:
         predictor.model = compile_model(predictor.model, mode=args.compile_mode)

@@ -117,6 +117,28 @@ def checked_request(position: int, request, tasks: Mapping[str, TaskSpec]) -> tu
     return task, texts
 
 
+SHOWN_PROBLEMS = 20  # the lines a message lists; the count says how many more
+
+
+def every_problem(problems: list[str], what: str) -> str:
+    """One message for every bad request or row (the first SHOWN_PROBLEMS, and how many more), one per line."""
+    shown = problems[:SHOWN_PROBLEMS]
+    more = f"\n... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+    return f"{len(problems)} {what} to fix:\n" + "\n".join(shown) + more
+
+
+def check_requests(requests: Sequence, tasks: Mapping[str, TaskSpec]) -> None:
+    """Every request checked (`checked_request`) before the model loads; one ConfigError naming each bad one."""
+    problems = []
+    for position, request in enumerate(requests):
+        try:
+            checked_request(position, request, tasks)
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigError(every_problem(problems, "requests"))
+
+
 @contextlib.contextmanager
 def _quiet_padding(tokenizer) -> None:
     """`tokenizer.pad` on encoded requests, without transformers' advice to pad while tokenising (padding
@@ -196,6 +218,7 @@ class MultiTaskPredictor:
     def predict(self, requests: Sequence[Mapping]) -> list[Prediction]:
         """``requests``: mappings with ``task``, ``text`` and, for pair tasks, ``text_b``; answers in order.
         Every request is checked before any is answered."""
+        check_requests(requests, self.model.tasks)  # every bad request named at once, before any is answered
         encoded = [self._encode(i, request) for i, request in enumerate(requests)]
         order = list(range(len(encoded)))
         if self.sort_by_length:
