@@ -60,6 +60,7 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
         option = "--" + f.name.replace("_", "-")
         given = dict(default=argparse.SUPPRESS, help=f.metadata.get("help", ""))  # absent: the grid's value
         if f.name == "export":  # --export names the row to hand off: the setting is --no-export
+            given["help"] = "no per-task exports of the runs (the grid's export: false); --export names a row"
             shared.add_argument("--no-export", dest="export", action="store_false", **given)
         elif kind is bool:
             shared.add_argument(option, action=argparse.BooleanOptionalAction, **given)

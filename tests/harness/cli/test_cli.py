@@ -158,3 +158,14 @@ def test_a_learning_rate_written_1e_4_is_a_number_in_settings_and_grid_files(tmp
     (tmp_path / "grid.yaml").write_text("lr: 1e-4\nseeds: [1]\nreference: a\nrows:\n  - {name: a, adapter_lr: 5e-3}\n")
     grid = read_grid(tmp_path / "grid.yaml")
     assert grid.shared["lr"] == 0.0001 and grid.rows[0].settings["adapter_lr"] == 0.005
+
+
+def test_compare_s_export_names_a_row_and_no_export_turns_the_runs_exports_off(capsys):
+    from pals_adapters.harness.cli import build_parser, main
+
+    words = ["compare", "--config", "grid.yaml", "--output-dir", "out"]
+    args = build_parser().parse_args([*words, "--no-export", "--export", "PALs", "--seed", "2", "--out", "h"])
+    assert (args.export, args.export_row, args.seed, args.out, args.with_base) == (False, "PALs", 2, "h", False)
+    with pytest.raises(SystemExit):  # the hand-off's options without the row: refused before the grid is read
+        main([*words, "--out", "h"])
+    assert "go with --export ROW" in capsys.readouterr().err
