@@ -33,6 +33,23 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     )
     parser.add_argument("--report-only", action="store_true", help="train nothing; report the runs that are done")
     parser.add_argument("--seeds", type=int, nargs="+", default=argparse.SUPPRESS, help="replace the grid's seeds")
+    handoff = parser.add_argument_group("hand-off (train nothing: export a finished row's run)")
+    handoff.add_argument(
+        "--export",
+        dest="export_row",
+        metavar="ROW",
+        default=None,
+        help="write the export of this row's run to --out, its card saying the comparison and its scores there",
+    )
+    handoff.add_argument(
+        "--seed", type=int, default=None, help="with --export: this seed's run (default: the closest to the row's mean)"
+    )
+    handoff.add_argument("--out", default=None, help="with --export: the folder of the export")
+    handoff.add_argument(
+        "--with-base",
+        action="store_true",
+        help="with --export: a frozen base goes into the export (config, weights, tokenizer): it loads with no hub",
+    )
     shared = parser.add_argument_group("shared settings (each replaces the grid file's)")
     hints = typing.get_type_hints(RunConfig)
     for f in dataclasses.fields(RunConfig):
@@ -43,7 +60,10 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         option = "--" + f.name.replace("_", "-")
         given = dict(default=argparse.SUPPRESS, help=f.metadata.get("help", ""))  # absent: the grid's value
-        if kind is bool:
+        if f.name == "export":  # --export names the row to hand off: the setting is --no-export
+            given["help"] = "no per-task exports of the runs (the grid's export: false); --export names a row"
+            shared.add_argument("--no-export", dest="export", action="store_false", **given)
+        elif kind is bool:
             shared.add_argument(option, action=argparse.BooleanOptionalAction, **given)
         elif typing.get_origin(kind) is list:
             shared.add_argument(option, nargs="+", **given)
@@ -77,6 +97,8 @@ def cmd_compare(args) -> None:
     overrides = CommandLineOverrides({name: getattr(args, name) for name in sorted(names) if hasattr(args, name)})
     if hasattr(args, "seeds"):
         overrides["seeds"] = args.seeds
+    if args.export_row is not None or args.out or args.seed is not None or args.with_base:
+        return _hand_off(args, overrides)
     before = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         compare(
@@ -111,3 +133,27 @@ def command_line(args, overrides: dict) -> str:
         else:
             words += [option, str(value)]
     return shlex.join(words)
+
+
+def _hand_off(args, overrides: dict) -> None:
+    """``--export ROW --out DIR``: the export of a finished run of the row (`export_row`); trains nothing."""
+    from ...errors import ConfigError
+    from ..comparison import export_row
+
+    if args.export_row is None or not args.out:
+        raise ConfigError("--seed, --out and --with-base go with --export ROW (give the row and --out DIR)")
+    if args.dry_run or args.report_only:
+        raise ConfigError("--export trains nothing: leave out --dry-run / --report-only")
+    command = shlex.join(["pals-bench", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else None
+    written = export_row(
+        args.config,
+        args.output_dir,
+        args.export_row,
+        args.out,
+        seed=args.seed,
+        with_base=args.with_base,
+        overrides=overrides,
+        command=command,
+    )
+    for name, path in written.items():
+        print(f"{name}: {path}")

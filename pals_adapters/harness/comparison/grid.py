@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ...errors import ConfigError, PalsError
+from .. import settings_yaml
 from ..run_config import RunConfig
 from . import budgets
 from .budgets import EQUAL, TaskSizes
@@ -162,7 +163,7 @@ def _refuse_shadowed(given: list[str], rows: list[Row], command_line: bool, wher
 def _read_mapping(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else settings_yaml.safe_load(text)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the grid file ({err.strerror})") from None
     except (yaml.YAMLError, json.JSONDecodeError) as err:
