@@ -24,6 +24,16 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="the grid file (YAML or JSON), see docs/compare.md")
     parser.add_argument("--output-dir", required=True, help="the folder of the runs and of the report")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at a time, each in its own process")
+    parser.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        help="where the runs train: local (the default; --jobs processes here) or ray (each run a task on a Ray "
+        "cluster, with the grid's resources_per_run; needs pals-adapters[ray])",
+    )
+    parser.add_argument(
+        "--ray-address",
+        help="with --launcher ray: the cluster's address (auto, HOST:PORT, ray://HOST:10001); none starts Ray here",
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the runs, which are done, and each row's size")
     parser.add_argument(
         "--print-commands",
@@ -70,5 +80,7 @@ def cmd_compare(args) -> None:
         dry_run=args.dry_run,
         print_commands=args.print_commands,
         report_only=args.report_only,
+        launcher=args.launcher,
+        ray_address=args.ray_address,
         command=shlex.join(["pals-bench", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else None,
     )

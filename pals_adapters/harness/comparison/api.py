@@ -12,6 +12,7 @@ from ..run_config import RunConfig
 from .collect import collect_rows
 from .floor import majority_score
 from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
+from .launch import failed_runs_error, read_launch, require_ray
 from .paired import paired_differences
 from .report import comparison_data, markdown, write_report
 from .runs import DONE, PARTIAL, run_state, train_missing, unique_runs
@@ -27,6 +28,8 @@ def compare(
     print_commands: bool = False,
     report_only: bool = False,
     command: str | None = None,
+    launcher: str | None = None,
+    ray_address: str | None = None,
 ) -> dict:
     """Compares methods on the same tasks, data and budget: every (row, seed) of the grid file ``config``
     is one harness run in ``<output_dir>/runs/``, and the report compares the rows with the reference row.
@@ -48,6 +51,12 @@ def compare(
     with ``keep_checkpoints``. ``jobs``: runs trained at a time, each in its own process (on a CPU with its
     share of the threads); the scores do not depend on it.
 
+    ``launcher``: ``"local"`` (the default) or ``"ray"``: each missing run one Ray task on the cluster at
+    ``ray_address`` (``auto``, ``HOST:PORT``, ``ray://HOST:10001``; None starts Ray on this machine) with the
+    grid's ``resources_per_run``; what a finished run keeps comes back into its folder here. Both replace the
+    grid file's ``launcher`` and ``ray_address`` (docs/scaling-out.md). Runs that fail there are named, the
+    others go on, and the comparison ends with a `pals_adapters.errors.PalsError` naming them.
+
     ``dry_run``: train nothing and write nothing; return (and print) the runs, which are done, and each
     row's parameters. ``print_commands`` (with ``dry_run``): also print each missing run as the
     ``pals-bench train`` command that makes it. ``report_only``: train nothing; report the runs that are
@@ -63,11 +72,19 @@ def compare(
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs={jobs!r}: give the number of runs to train at a time, 1 or more")
     grid = read_grid(config, overrides)
+    launch = read_launch(grid.launch, grid.source, launcher, ray_address, jobs)
+    if launch.on_ray and not (dry_run or report_only):
+        require_ray()
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
     if dry_run:
         return describe_plan(grid, planned, print_commands)
-    if not report_only:
+    failed = []
+    if not report_only and launch.on_ray:
+        from .ray_launcher import train_on_ray  # imports Ray
+
+        failed = train_on_ray(planned, grid.keep_checkpoints, launch)
+    elif not report_only:
         train_missing(planned, grid.keep_checkpoints, jobs)
     rows = collect_rows(grid, planned)
     specs = _all_specs(planned)
@@ -78,6 +95,8 @@ def compare(
     paths = write_report(data, rows, output_dir)
     print(markdown(data))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if failed:
+        raise failed_runs_error(failed)
     return data
 
 

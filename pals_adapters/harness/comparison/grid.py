@@ -15,6 +15,7 @@ import yaml
 
 from ...errors import ConfigError, PalsError
 from ..run_config import RunConfig
+from .launch import LAUNCH_KEYS
 
 if TYPE_CHECKING:
     from ..tasks.spec import TaskSpec
@@ -24,7 +25,7 @@ RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 NOT_SETTABLE = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace")
 # What all rows share, so that their scores compare: a row may change anything else.
 SHARED_ONLY = ("model", "tasks", "task_file", "glue_dir", "data_source")
-GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints")
+GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", *LAUNCH_KEYS)
 ROW_KEYS = ("name", "seeds")
 PATH_FIELDS = ("task_file", "glue_dir", "deepspeed")  # relative to the grid file's folder
 SEPARATE = "separate"  # a row of one fine-tuned model per task: the papers' baseline
@@ -54,6 +55,7 @@ class Grid:
     reference: str
     keep_checkpoints: bool = False
     tasks: list[str] = field(default_factory=list)  # resolved by `plan_runs`
+    launch: dict = field(default_factory=dict)  # where the runs train (`launch.read_launch` checks it)
 
 
 @dataclass
@@ -82,6 +84,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     seeds = data.pop("seeds", None)
     reference = data.pop("reference", None)
     keep = data.pop("keep_checkpoints", False)
+    launch = {key: data.pop(key) for key in LAUNCH_KEYS if key in data}
     for key in PATH_FIELDS:  # a path in the file is read from the file's folder
         if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
             data[key] = str((path.parent / data[key]).resolve())
@@ -99,7 +102,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
         raise ConfigError(f"{where}: no 'reference': name the row every other row is compared with ({names})")
     if reference not in names:
         raise ConfigError(f"{where}: reference {reference!r} is no row; choose one of {names}")
-    return Grid(where, shared, seeds, rows, reference, keep)
+    return Grid(where, shared, seeds, rows, reference, keep, launch=launch)
 
 
 def _read_mapping(path: Path) -> dict:
