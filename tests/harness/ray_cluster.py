@@ -1,8 +1,10 @@
 """A real Ray cluster of several nodes on this machine, reachable on loopback only: every node and every
 driver runs in one network namespace of its own that has only ``lo`` (Ray then takes 127.0.0.1 as the
 nodes' address instead of the machine's interface). Each node is a ``ray start`` with its own temporary
-folder, its own scratch folder (TMPDIR) and its own process group, so that a test can kill one node."""
+folder, its own scratch folder (TMPDIR) and its own session (its Ray workers each take a process group of
+their own, in the node's session), so that a test can kill one node."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -63,10 +65,10 @@ def loopback_namespace() -> tuple[LoopbackNamespace | None, str]:
 
 
 class Node:
-    """One ``ray start`` (head or worker): its process group, its temporary and scratch folders."""
+    """One ``ray start`` (head or worker): its session, its temporary and scratch folders."""
 
-    def __init__(self, name: str, group: int, temp: Path, scratch: Path):
-        self.name, self.group, self.temp, self.scratch = name, group, temp, scratch
+    def __init__(self, name: str, session: int, temp: Path, scratch: Path):
+        self.name, self.session, self.temp, self.scratch = name, session, temp, scratch
 
     def processes(self) -> list[tuple[int, str]]:
         """(pid, command line) of the node's processes, its Ray workers included."""
@@ -74,15 +76,17 @@ class Node:
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    if os.getpgid(int(entry.name)) == self.group:
+                    if os.getsid(int(entry.name)) == self.session:
                         found.append((int(entry.name), (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
                 except (OSError, ProcessLookupError):
                     continue
         return found
 
     def kill(self) -> None:
-        """The whole node at once (raylet, its workers, its agents), as when its machine goes down."""
-        os.killpg(self.group, signal.SIGKILL)
+        """The whole node (raylet, its workers, its agents), as when its machine goes down."""
+        for pid, _ in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 class Cluster:
@@ -106,7 +110,7 @@ class Cluster:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            start_new_session=True,  # the node's processes keep this group: `Node.kill`
+            start_new_session=True,  # the node's processes stay in this session: `Node.kill`
         )
         output, _ = process.communicate(timeout=120)
         if process.returncode != 0:
@@ -144,8 +148,5 @@ class Cluster:
 
     def shutdown(self) -> None:
         for node in reversed(self.nodes):
-            try:
-                node.kill()
-            except ProcessLookupError:
-                pass  # killed by a test already
+            node.kill()
         shutil.rmtree(self.root, ignore_errors=True)

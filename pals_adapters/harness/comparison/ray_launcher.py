@@ -41,6 +41,9 @@ def train_on_ray(planned: list[PlannedRun], keep_checkpoints: bool, launch: Laun
     todo = [run for run in runs if run_state(run) != DONE]
     if not todo:
         return []
+    for run in todo:  # what a driver killed while writing a run left beside its folder
+        for stale in run.folder.parent.glob(f".{run.folder.name}.*-*"):
+            shutil.rmtree(stale, ignore_errors=True)
     started_here = not ray.is_initialized()  # a caller's own Ray session is used, and left open
     if started_here:
         _connect(launch.ray_address)

@@ -1,8 +1,9 @@
 """`compare --launcher ray` on a real Ray cluster of two worker nodes (and a head that trains nothing) on this
 machine, on loopback only: each test drives it as a user does, a fresh `pals-bench compare` process. The runs
 land on both nodes, come back into the output folder as local runs are, and report what the local launcher
-reports; a node killed mid-run and a driver killed mid-grid cost only the runs they cut off; a run failing
-for its own reason fails once; a grid that asks for GPUs the cluster lacks is refused before it starts."""
+reports; a run failing for its own reason fails once and the others go on; a node killed mid-run and a
+driver killed mid-grid cost only the runs they cut off; a grid that asks for GPUs the cluster lacks is
+refused before it starts. One cluster serves the module (Ray starts slowly on two shared cores)."""
 
 import json
 import os
@@ -73,13 +74,22 @@ def test_a_gpu_per_run_is_refused_at_planning(cluster, user_tasks, tiny_model_di
 
 
 def test_a_grid_on_two_nodes_reports_what_the_local_launcher_reports(cluster, user_tasks, tiny_model_dir, tmp_path):
-    grid = grid_file(tmp_path, user_tasks, tiny_model_dir, "grid.yaml", max_steps=3)
+    # --fsdp passes the planning checks but is refused when its run starts without a distributed launch: a
+    # run failing for its own reason, once, while the other runs go on
+    failing = "  - name: sharded\n    method: pals\n    fsdp: true\n    seeds: [1]\n"
+    grid = grid_file(tmp_path, user_tasks, tiny_model_dir, "grid.yaml", rows=ROWS + failing, max_steps=3)
     done = cluster.run(compare_command(grid, tmp_path / "ray", cluster))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "compare: 4/4 runs done" in done.stdout
-    local = compare(grid, tmp_path / "local")
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "compare: 4/5 runs done" in done.stdout
+    assert "compare: FAILED sharded seed 1" in done.stdout and "ConfigError" in done.stdout
+    assert done.stdout.count("compare: FAILED") == 1
+    assert "1 run(s) failed" in done.stderr and "sharded seed 1" in done.stderr and "--fsdp" in done.stderr
     on_ray = json.loads((tmp_path / "ray" / "comparison.json").read_text())
-    assert scores_only(on_ray) == scores_only(local)  # every score, interval and count, to the last digit
+    assert list(on_ray["missing"]) == ["sharded"]
+    grid.write_text(grid.read_text().replace(failing, ""))
+    local = compare(grid, tmp_path / "local")
+    for key in ("rows", "paired", "floor", "tasks", "reference"):  # every score and interval, to the last digit
+        assert scores_only(on_ray[key]) == scores_only(local[key])
     nodes = set()
     for folder in sorted((tmp_path / "ray" / "runs").iterdir()):
         here = tmp_path / "local" / "runs" / folder.name
@@ -95,44 +105,27 @@ def test_a_grid_on_two_nodes_reports_what_the_local_launcher_reports(cluster, us
         nodes.add(placement["node_id"])
     assert len(nodes) == 2  # both worker nodes trained runs
     assert not [p for node in cluster.workers for p in node.scratch.glob("pals-run-*")]  # scratch cleared
-    again = cluster.run(compare_command(grid, tmp_path / "ray", cluster))  # all done: nothing to place
-    assert again.returncode == 0 and "runs on" not in again.stdout
-
-
-def test_a_run_failing_for_its_own_reason_fails_once_and_the_grid_goes_on(
-    cluster, user_tasks, tiny_model_dir, tmp_path
-):
-    # --fsdp passes the planning checks but is refused when the run starts without a distributed launch
-    rows = "rows:\n  - name: PALs\n    method: pals\n  - name: sharded\n    method: pals\n    fsdp: true\n"
-    grid = grid_file(tmp_path, user_tasks, tiny_model_dir, "own.yaml", rows=rows, seeds=[1], max_steps=2)
-    started = time.time()
-    done = cluster.run(compare_command(grid, tmp_path / "out", cluster))
-    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "compare: FAILED sharded seed 1" in done.stdout and "ConfigError" in done.stdout
-    assert "1 run(s) failed" in done.stderr and "sharded seed 1" in done.stderr
-    report = json.loads((tmp_path / "out" / "comparison.json").read_text())
-    assert [row["name"] for row in report["rows"]] == ["PALs"] and list(report["missing"]) == ["sharded"]
-    assert time.time() - started < 120
 
 
 def test_the_driver_killed_mid_grid_reruns_only_the_missing_runs(cluster, user_tasks, tiny_model_dir, tmp_path):
-    grid = grid_file(tmp_path, user_tasks, tiny_model_dir, "killed.yaml", seeds=[1, 2, 3], max_steps=12)
+    rows = "rows:\n  - name: PALs\n    method: pals\n"
+    grid = grid_file(tmp_path, user_tasks, tiny_model_dir, "killed.yaml", rows=rows, seeds=[1, 2, 3, 4], max_steps=6)
     out = tmp_path / "out"
     driver = cluster.start(compare_command(grid, out, cluster))
     try:
         deadline = time.time() + 150
-        while time.time() < deadline and driver.poll() is None and not list(out.glob("runs/*/results.json")):
-            time.sleep(0.05)
+        while time.time() < deadline and driver.poll() is None and not list(out.glob("runs/[!.]*/results.json")):
+            time.sleep(0.02)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    finished = {p.parent: p.stat().st_mtime_ns for p in out.glob("runs/*/results.json")}
-    assert 1 <= len(finished) < 6, "the test must kill the driver between its first and its last run"
+    finished = {p.parent: p.stat().st_mtime_ns for p in out.glob("runs/[!.]*/results.json")}
+    assert 1 <= len(finished) < 4, "the test must kill the driver between its first and its last run"
     done = cluster.run(compare_command(grid, out, cluster))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"compare: {6 - len(finished)} runs on {cluster.address}" in done.stdout
+    assert f"compare: {4 - len(finished)} runs on {cluster.address}" in done.stdout
     assert {p: (p / "results.json").stat().st_mtime_ns for p in finished} == finished  # read, not retrained
-    assert len(list(out.glob("runs/*/results.json"))) == 6 and not list(out.glob("runs/.*"))
+    assert len(list(out.glob("runs/*/results.json"))) == 4 and not list(out.glob("runs/.*"))
 
 
 def test_a_node_lost_mid_run_is_trained_again_on_another_node(cluster, user_tasks, tiny_model_dir, tmp_path):
