@@ -29,8 +29,6 @@ from .grid import PlannedRun
 from .launch import FailedRun, Launch
 from .runs import DONE, RESULTS_FILE, Progress, run_state, train_one, unique_runs
 
-logger = logging.getLogger(__name__)
-
 PLACEMENT_KEY = "placement"  # results.json: where the run trained, with what
 
 
@@ -54,7 +52,7 @@ def train_on_ray(planned: list[PlannedRun], keep_checkpoints: bool, launch: Laun
             f"compare: {len(todo)} runs on {where}, each with {_describe(_asked(launch))}; up to {at_once} at a time",
             flush=True,
         )
-        return _train(todo, len(runs), keep_checkpoints, launch, Progress(len(runs), len(runs) - len(todo), at_once))
+        return _train(todo, keep_checkpoints, launch, Progress(len(runs), len(runs) - len(todo), at_once))
     finally:
         if started_here:
             ray.shutdown()
@@ -93,7 +91,7 @@ def check_resources(launch: Launch) -> int:
     return at_once
 
 
-def _train(todo: list[PlannedRun], total: int, keep: bool, launch: Launch, progress: Progress) -> list[FailedRun]:
+def _train(todo: list[PlannedRun], keep: bool, launch: Launch, progress: Progress) -> list[FailedRun]:
     task = ray.remote(train_on_node)
     options = dict(
         num_cpus=launch.cpus,
