@@ -26,6 +26,9 @@ def environment() -> dict:
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_USAGE_STATS_ENABLED": "0",
+        # a killed node is declared dead after 3 missed checks a second apart (Ray's default: 5, 3 s apart)
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
 

@@ -133,7 +133,7 @@ def test_a_node_lost_mid_run_is_trained_again_on_another_node(cluster, user_task
     storage.mkdir()
     rows = "rows:\n  - name: PALs\n    method: pals\n"
     grid = grid_file(
-        tmp_path, user_tasks, tiny_model_dir, "lost.yaml", rows=rows, max_steps=40, save_steps=2, storage=str(storage)
+        tmp_path, user_tasks, tiny_model_dir, "lost.yaml", rows=rows, max_steps=24, save_steps=2, storage=str(storage)
     )
     out = tmp_path / "out"
     driver = cluster.start(compare_command(grid, out, cluster))
