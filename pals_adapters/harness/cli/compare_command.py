@@ -25,6 +25,16 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="the grid file (YAML or JSON), see docs/compare.md")
     parser.add_argument("--output-dir", required=True, help="the folder of the runs and of the report")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at a time, each in its own process")
+    parser.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        help="where the runs train: local (the default; --jobs processes here) or ray (each run a task on a Ray "
+        "cluster, with the grid's resources_per_run; needs pals-adapters[ray])",
+    )
+    parser.add_argument(
+        "--ray-address",
+        help="with --launcher ray: the cluster's address (auto, HOST:PORT, ray://HOST:10001); none starts Ray here",
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the runs, which are done, and each row's size")
     parser.add_argument(
         "--print-commands",
@@ -109,6 +119,8 @@ def cmd_compare(args) -> None:
             dry_run=args.dry_run,
             print_commands=args.print_commands,
             report_only=args.report_only,
+            launcher=args.launcher,
+            ray_address=args.ray_address,
             command=command_line(args, overrides),
         )
     except (KeyboardInterrupt, Terminated) as stop:
@@ -124,6 +136,8 @@ def command_line(args, overrides: dict) -> str:
     words = ["pals-bench", "compare", "--config", str(args.config), "--output-dir", str(args.output_dir)]
     words += ["--jobs", str(args.jobs)] if args.jobs != 1 else []
     words += ["--report-only"] if args.report_only else []
+    words += ["--launcher", args.launcher] if args.launcher else []
+    words += ["--ray-address", args.ray_address] if args.ray_address else []
     for name, value in overrides.items():
         option = "--" + name.replace("_", "-")
         if isinstance(value, bool):

@@ -10,10 +10,11 @@ from pathlib import Path
 from ...errors import ConfigError
 from ..run_config import RunConfig
 from .collect import collect_rows
-from .floor import majority_score
 from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
-from .paired import paired_differences
-from .report import check_report_files, comparison_data, markdown, write_report
+from .launch import failed_runs_error, read_launch, require_ray
+from .reporting.floor import majority_score
+from .reporting.paired import paired_differences
+from .reporting.report import check_report_files, comparison_data, markdown, write_report
 from .runs import DAMAGED, DONE, MISSING, PARTIAL, export_note, record_problem, run_state, train_missing, unique_runs
 
 
@@ -27,6 +28,8 @@ def compare(
     print_commands: bool = False,
     report_only: bool = False,
     command: str | None = None,
+    launcher: str | None = None,
+    ray_address: str | None = None,
 ) -> dict:
     """Compares methods on the same tasks, data and budget: every (row, seed) of the grid file ``config``
     is one harness run in ``<output_dir>/runs/``, and the report compares the rows with the reference row.
@@ -48,6 +51,12 @@ def compare(
     with ``keep_checkpoints``. ``jobs``: runs trained at a time, each in its own process (on a CPU with its
     share of the threads); the scores do not depend on it.
 
+    ``launcher``: ``"local"`` (the default) or ``"ray"``: each missing run one Ray task on the cluster at
+    ``ray_address`` (``auto``, ``HOST:PORT``, ``ray://HOST:10001``; None starts Ray on this machine) with the
+    grid's ``resources_per_run``; what a finished run keeps comes back into its folder here. Both replace the
+    grid file's ``launcher`` and ``ray_address`` (docs/scaling-out.md). Runs that fail there are named, the
+    others go on, and the comparison ends with a `pals_adapters.errors.PalsError` naming them.
+
     ``dry_run``: train nothing and write nothing; return (and print) the runs, which are done, and each
     row's parameters. ``print_commands`` (with ``dry_run``): also print each missing run as the
     ``pals-bench train`` command that makes it. ``report_only``: train nothing; report the runs that are
@@ -62,15 +71,24 @@ def compare(
     output_dir = Path(output_dir)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs={jobs!r}: give the number of runs to train at a time, 1 or more")
-    call = command or python_call(config, output_dir, overrides, jobs, report_only)  # before anything changes them
+    # the call as given, before anything changes its arguments
+    call = command or python_call(config, output_dir, overrides, jobs, report_only, launcher, ray_address)
     grid = read_grid(config, overrides)
     check_output_folder(output_dir)
+    launch = read_launch(grid.launch, grid.source, launcher, ray_address, jobs)
+    if launch.on_ray and not (dry_run or report_only):
+        require_ray()
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
     if dry_run:
         return describe_plan(grid, planned, print_commands)
     check_report_files(output_dir)  # a report file compare did not write: refused before any training
+    failed = []
     if report_only:
         _say_stale(planned)
+    elif launch.on_ray:
+        from .ray_launcher import train_on_ray  # imports Ray
+
+        failed = train_on_ray(planned, grid.keep_checkpoints, launch)
     else:
         train_missing(planned, grid.keep_checkpoints, jobs)
     _say_missing_exports(planned)
@@ -83,13 +101,16 @@ def compare(
     paths = write_report(data, rows, output_dir)
     print(markdown(data))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if failed:
+        raise failed_runs_error(failed)
     return data
 
 
-def python_call(config, output_dir, overrides, jobs: int, report_only: bool) -> str:
+def python_call(config, output_dir, overrides, jobs: int, report_only: bool, launcher=None, ray_address=None) -> str:
     """The call as the report records it: ``compare('grid.yaml', 'out', overrides={...})``."""
     words = [repr(str(config)), repr(str(output_dir))]
     options = {"overrides": overrides or None, "jobs": jobs if jobs != 1 else None, "report_only": report_only or None}
+    options.update(launcher=launcher, ray_address=ray_address)
     words += [f"{name}={value!r}" for name, value in options.items() if value is not None]
     return f"compare({', '.join(words)})"
 

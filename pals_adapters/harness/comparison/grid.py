@@ -20,6 +20,7 @@ from .. import settings_yaml
 from ..run_config import RunConfig
 from . import budgets
 from .budgets import EQUAL, TaskSizes
+from .launch import LAUNCH_KEYS
 
 if TYPE_CHECKING:
     from ..tasks.spec import TaskSpec
@@ -32,7 +33,7 @@ RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 NOT_SETTABLE = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace")
 # What all rows share, so that their scores compare: a row may change anything else.
 SHARED_ONLY = ("model", "tasks", "task_file", "glue_dir", "data_source")
-GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", "separate_budget")
+GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", "separate_budget", *LAUNCH_KEYS)
 ROW_KEYS = ("name", "seeds")
 PATH_FIELDS = ("task_file", "glue_dir", "deepspeed")  # relative to the grid file's folder
 SEPARATE = "separate"  # a row of one fine-tuned model per task: the papers' baseline
@@ -73,6 +74,7 @@ class Grid:
     # row name -> {"steps": {task: steps}, "examples": {task: examples}, "batch_size"}: set by `plan_runs`
     budgets: dict[str, dict] = field(default_factory=dict)
     max_eval_examples: int | None = None  # the dev subset every row is scored on: set by `plan_runs`
+    launch: dict = field(default_factory=dict)  # where the runs train (`launch.read_launch` checks it)
 
     def row(self, name: str) -> Row:
         return next(row for row in self.rows if row.name == name)
@@ -107,6 +109,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     reference = data.pop("reference", None)
     keep = data.pop("keep_checkpoints", False)
     separate_budget = data.pop("separate_budget", EQUAL)
+    launch = {key: data.pop(key) for key in LAUNCH_KEYS if key in data}
     for key in PATH_FIELDS:  # a path in the file is read from the file's folder
         if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
             data[key] = str((path.parent / data[key]).resolve())
@@ -137,7 +140,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     if reference not in names:
         raise ConfigError(f"{where}: reference {reference!r} is no row; choose one of {names}")
     _refuse_shadowed(given, rows, command_line, where)
-    return Grid(where, shared, seeds, rows, reference, keep, separate_budget)
+    return Grid(where, shared, seeds, rows, reference, keep, separate_budget, launch=launch)
 
 
 def _option(key: str, command_line: bool) -> str:

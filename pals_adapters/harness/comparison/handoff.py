@@ -20,8 +20,9 @@ from ..export.library_heads import base_location
 from ..export.manifest import manifest_contents
 from ..export.staging import check_replaceable
 from ..training.export_checkpoint import recorded_run
-from .collect import FinishedRun, RowResult, collect_rows
+from .collect import collect_rows
 from .grid import plan_runs, read_grid
+from .reporting.rows import FinishedRun, RowResult
 
 
 def export_row(

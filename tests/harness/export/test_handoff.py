@@ -260,8 +260,8 @@ def test_a_run_that_kept_no_export_says_how_to_get_one(handed_off, tmp_path):
 
 
 def test_the_seed_closest_to_the_row_s_mean_is_exported_by_default():
-    from pals_adapters.harness.comparison.collect import FinishedRun, RowResult
     from pals_adapters.harness.comparison.handoff import _chosen_seed
+    from pals_adapters.harness.comparison.reporting.rows import FinishedRun, RowResult
 
     def finished(seed, score):
         return FinishedRun(seed, Path(f"run-{seed}"), ["mood"], {"metrics": {"mood_score": score}})

@@ -11,9 +11,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from ...errors import ConfigError
-from .collect import RowResult
+from ....errors import ConfigError
 from .floor import floor_flags
+from .rows import RowResult
 from .stats import mean_sd
 
 REPORT_NAME = "comparison"
