@@ -54,6 +54,7 @@ def cmd_train(args) -> None:
     if taken and trainer_is_writer():
         print(taken)
     results = run(config)
+    _leave_process_group()
     if not trainer_is_writer():  # under torchrun the table is rank 0's
         return
     print(results_table(results))
@@ -71,6 +72,14 @@ def cmd_train(args) -> None:
     print(f"results: {Path(args.output_dir) / 'results.json'}")
     if results.get("plot"):
         print(f"plot: {results['plot']}")
+
+
+def _leave_process_group() -> None:
+    """Under a launcher: every rank done, then the process group closed, so that no rank exits while
+    another's collective threads still run (gloo aborts such a process: "terminate called ...")."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def _load_export(task_dir: Path, args):

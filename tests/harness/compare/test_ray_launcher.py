@@ -20,7 +20,7 @@ from pals_adapters.harness import compare
 pytest.importorskip("ray", reason='the Ray launcher tests need Ray: pip install "pals-adapters[ray]"')
 
 ROWS = "rows:\n  - name: PALs\n    method: pals\n    export: true\n  - name: Houlsby\n    method: houlsby\n"
-COST_KEYS = ("seconds", "seconds_per_seed", "examples_per_second", "command", "output_dir")
+COST_KEYS = ("seconds", "seconds_per_seed", "examples_per_second", "resumed", "command", "output_dir")  # how a run went
 
 
 @pytest.fixture(scope="module")
