@@ -48,15 +48,12 @@ def relative_file(files, data_dir: str | os.PathLike):
 
 def relative_to(folder: str | os.PathLike | None, seen_from: str | os.PathLike) -> str | None:
     """``folder`` relative to ``seen_from`` (an export's task folder), as a shared file records a local
-    folder; None for no folder, or one on another drive (Windows), or one they share nothing above but
-    the filesystem's root with (a path climbing to the root spells the absolute one out)."""
+    folder (the rule a task's own data folder follows); None for no folder, or one on another drive
+    (Windows)."""
     if folder is None:
         return None
-    here, there = os.path.normpath(os.path.abspath(seen_from)), os.path.normpath(os.path.abspath(folder))
     try:
-        if os.path.dirname(os.path.commonpath([here, there])) == os.path.commonpath([here, there]):
-            return None
-        return Path(os.path.relpath(there, here)).as_posix()
+        return Path(os.path.relpath(os.path.abspath(folder), os.path.abspath(seen_from))).as_posix()
     except ValueError:
         return None
 
