@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pals_adapters.harness.comparison.collect import FinishedRun, RowResult
-from pals_adapters.harness.comparison.floor import majority_score
-from pals_adapters.harness.comparison.paired import paired_differences
-from pals_adapters.harness.comparison.report import comparison_data, write_report
+from pals_adapters.harness.comparison.reporting.floor import majority_score
+from pals_adapters.harness.comparison.reporting.paired import paired_differences
+from pals_adapters.harness.comparison.reporting.report import comparison_data, write_report
+from pals_adapters.harness.comparison.reporting.rows import FinishedRun, RowResult
 from pals_adapters.harness.tasks.glue import get_task
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "rte"]

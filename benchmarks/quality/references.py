@@ -33,7 +33,7 @@ from benchmarks.common import (
     write_results,
 )
 from pals_adapters.harness import RunConfig, run
-from pals_adapters.harness.comparison.floor import majority_score
+from pals_adapters.harness.comparison.reporting.floor import majority_score
 from pals_adapters.harness.tasks.glue import get_task
 from pals_adapters.harness.tasks.splits import load_split
 

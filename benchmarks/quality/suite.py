@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "benchmarks", "run", "quality", *words])
     if args.committed:
         from benchmarks.quality.committed import report_committed
-        from pals_adapters.harness.comparison.report import markdown
+        from pals_adapters.harness.comparison.reporting.report import markdown
 
         print(markdown(report_committed(glue_dir=args.glue_dir, command=command)))
         return 0

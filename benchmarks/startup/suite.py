@@ -22,7 +22,7 @@ from benchmarks.common import command_line, machine_info, markdown_table, print_
 
 DESCRIPTION = "start-up: pals-bench --help and each verb's, the package imports, beside torch and adapters"
 
-HEAVY = ("torch", "transformers", "adapters", "datasets", "evaluate", "peft")
+HEAVY = ("torch", "transformers", "adapters", "datasets", "evaluate", "peft", "ray")
 HELP_LIMIT_S = 2.0
 VERBS = ("train", "evaluate", "predict", "export", "schedule", "compare", "params")
 IMPORTS = {  # what a user's program pays on its first line, and what the help leaves to the verbs

@@ -12,7 +12,7 @@ from .training.run_environment import quiet_deepspeed_cpu_notice
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".comparison": ["compare"],
+        ".comparison": ["compare", "export_row"],
         ".data.sampling": ["make_sampler"],
         ".export": ["TaskManifest", "export_run", "export_task", "load_task", "load_tasks"],
         ".methods.accounting": ["count_method_parameters"],
@@ -48,6 +48,7 @@ __all__ = [
     "compare",
     "count_method_parameters",
     "custom_task",
+    "export_row",
     "export_run",
     "export_task",
     "get_backend",

@@ -84,6 +84,12 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
             help="the task file, e.g. at the data's new place: the task's files are read as it says (its "
             "labels and columns must be the trained ones); default: the files the export recorded",
         )
+        p.add_argument(
+            "--file",
+            default=None,
+            help="a new CSV/TSV/JSONL file of one task (EXPORT/TASK) with its text columns"
+            + (" and its label column: its scores" if name == "evaluate" else " (and optional ids): its predictions"),
+        )
         p.add_argument("--base-model", default=None, help="base model to load the tasks on (default: the export's)")
         p.add_argument("--max-length", type=int, default=None, help="tokens per example (default: as trained)")
         p.add_argument(
@@ -149,6 +155,12 @@ def build_parser(run_defaults: dict | None = None) -> argparse.ArgumentParser:
     export.add_argument("run", help="the output_dir of a `pals-bench train` run")
     export.add_argument("--checkpoint", default=None, help="a checkpoint-N folder (default: the newest complete one)")
     export.add_argument("--out", default=None, help="default: <run>/export")
+    export.add_argument(
+        "--with-base",
+        action="store_true",
+        help="also write a frozen base into the export (<out>/base: config, weights, tokenizer), so that it loads "
+        "with no hub and no model package (a fine-tuned base is always written)",
+    )
     export.set_defaults(func=_command("cmd_export"))
 
     sched = sub.add_parser("schedule", help="print (and plot) a sampler's task probabilities over training")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,36 +21,40 @@ from ..methods.accounting import count_method_parameters
 from ..scoring.evaluation import evaluate_tasks, predict
 from ..scoring.metrics import glue_average
 from ..scoring.report import class_table, never_predicted, results_table
+from ..serving.add_tasks import taken_from_export
 from ..serving.predictor import (
     DEFAULT_MAX_LENGTH,
     MultiTaskPredictor,
     check_max_length,
-    checked_request,
+    check_requests,
     decode,
     usable_positions,
 )
 from ..serving.request_files import (
     answer_format,
     check_output_place,
-    check_unique_ids,
     read_requests,
-    request_id,
     served_tasks,
     write_answers,
-    write_table,
 )
 from ..tasks.dataset_rows import changed_splits, pinned
 from ..tasks.file_record import changed_files, locate_glue_dir, locate_task_files
-from ..tasks.readers import BadRow, getter, iter_records
 from ..tasks.splits import load_split
+from ..tasks.user_tasks import task_on_file
 from ..training.compiling import compile_model
 from ..training.export_checkpoint import export_checkpoint
 from ..training.runner import resolve_task_names, run, trainer_is_writer
 from .options import config_from_args
+from .prediction_files import one_task, predict_file, row_ids, split_hint, write_predictions
 
 
 def cmd_train(args) -> None:
-    results = run(config_from_args(args))
+    config = config_from_args(args)
+    taken = taken_from_export(config)
+    if taken and trainer_is_writer():
+        print(taken)
+    results = run(config)
+    _leave_process_group()
     if not trainer_is_writer():  # under torchrun the table is rank 0's
         return
     print(results_table(results))
@@ -69,12 +74,27 @@ def cmd_train(args) -> None:
         print(f"plot: {results['plot']}")
 
 
+def _leave_process_group() -> None:
+    """Under a launcher: every rank done, then the process group closed, so that no rank exits while
+    another's collective threads still run (gloo aborts such a process: "terminate called ...")."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def _load_export(task_dir: Path, args):
     """The task's model, tokenizer, spec and max length, all as trained (from the export; the options
     may change the base or max length, and a task file gives the task's files at their new place)."""
     manifest = read_task_manifest(task_dir)
     _check_length_option(args, manifest)  # before anything loads
-    spec = _task_files(task_spec_of(manifest, task_dir), manifest, task_dir, args.task_file)
+    evaluation = manifest.evaluation or EvaluationRecord()
+    if getattr(args, "file", None):  # a new file: to predict (test), or to score (validation), every row of it
+        spec = task_on_file(
+            task_spec_of(manifest, task_dir), args.file, "validation" if args.command == "evaluate" else "test"
+        )
+        evaluation = dataclasses.replace(evaluation, max_eval_examples=None)
+    else:
+        spec = _task_files(task_spec_of(manifest, task_dir), manifest, task_dir, args.task_file)
     model = load_task(task_dir, base=args.base_model)
     model.tasks[spec.name] = spec  # the same task; its files (and metrics) as the task file says
     if args.compile:
@@ -82,7 +102,7 @@ def _load_export(task_dir: Path, args):
     tokenizer = load_tokenizer(task_dir, base=args.base_model)
     max_length = args.max_length if args.max_length is not None else manifest.max_length or DEFAULT_MAX_LENGTH
     check_max_length(max_length, usable_positions(model.backbone.config), "--max-length")
-    return model, tokenizer, spec, max_length, manifest.evaluation or EvaluationRecord()
+    return model, tokenizer, spec, max_length, evaluation
 
 
 def _glue_dir(args, evaluation: EvaluationRecord, task_dir: Path, spec) -> str | None:
@@ -170,13 +190,14 @@ def cmd_evaluate(args) -> None:
     if out is not None:
         check_output_place(out)
     scores, report = {}, {"tasks": {}}
-    for task_dir in task_folders(args.export):
+    for task_dir in [one_task(args.export)] if args.file else task_folders(args.export):
         details = {}
         metrics, sizes = evaluate_export(task_dir, args, details)
         task = read_task_manifest(task_dir).task
         scores[task] = metrics[f"{task}_score"]
         detail = ", ".join(f"{k}={100 * v:.2f}" for k, v in metrics.items() if k != "average")
-        print(f"{task}: {detail} ({'/'.join(map(str, sizes))} dev examples)")
+        scored = f"{sizes[0]} examples of {args.file}" if args.file else f"{'/'.join(map(str, sizes))} dev examples"
+        print(f"{task}{' on ' + args.file if args.file else ''}: {detail} ({scored})")
         for split, skipped in details["skipped_rows"].items():
             print(f"note: task {task!r} {split}: {skipped['count']} malformed rows of {skipped['file']} skipped")
         for split, classes in details["per_class"].items():
@@ -209,50 +230,46 @@ def cmd_predict(args) -> None:
     """Prediction files for every task's test files (``--split validation``: its dev files), or with
     ``--input`` the answers to a file of requests that each name their task (all tasks on one model)."""
     check_compile_mode(args.compile_mode, args.compile, "--compile-mode ", "--compile")
+    if args.input and args.file:
+        raise ConfigError("--input (requests naming their tasks) and --file (rows of one task): give one of them")
     if args.input:
         return _predict_requests(args)
+    if args.file:
+        return predict_file(args, _load_export)
     kind, fmt, out = args.split or "test", args.format or "tsv", Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder for the prediction files (one per task and split)")
     check_output_place(out)
-    planned, skipped = [], []
+    planned, skipped, specs = [], [], {}
     for task_dir in task_folders(args.export):
         manifest = read_task_manifest(task_dir)
         spec = task_spec_of(manifest, task_dir)
+        spec = _check_task_file(spec, args.task_file) if args.task_file else spec  # it may add a split
+        specs[spec.name] = spec
         if not _splits(spec, kind):
             skipped.append(spec.name)
             continue
         _check_length_option(args, manifest)
         planned.append(task_dir)
     if not planned:
-        raise PalsError(
-            f"{args.export}: no task has a {kind} file to predict (tasks {skipped}); add '{kind}: FILE' to a "
-            "task's entry in its task file, or choose another --split"
-        )
+        hints = "; ".join(f"{name}: {split_hint(specs[name], kind)}" for name in skipped)
+        raise PalsError(f"{args.export}: no task has a {kind} split to predict ({hints}), or choose another --split")
     jobs = []  # every file read and checked before any prediction is written
     for task_dir in planned:
         model, tokenizer, spec, max_length, evaluation = _load_export(task_dir, args)
         for split in _splits(spec, kind):
             source = evaluation.data_source or "auto"
             data = load_split(spec, split, glue_dir=_glue_dir(args, evaluation, task_dir, spec), source=source)
-            ids = _row_ids(spec, split, data)
+            ids = row_ids(spec, split, data)
             jobs.append((model, tokenizer, spec, split, tokenize(data, spec, tokenizer, max_length), ids))
     out.mkdir(parents=True, exist_ok=True)
     for model, tokenizer, spec, split, data, ids in jobs:
         answers = [decode(spec, row) for row in predict(model, spec.name, data, tokenizer)]
         path = out / f"{spec.submission_name(split)}.{fmt}"
-        if spec.glue_folder and split.startswith("test") and fmt == "tsv":  # GLUE's submission format
-            write_table(path, fmt, ["index", "prediction"], [[i, a.label] for i, a in zip(ids, answers)])
-        else:
-            columns = ["id", "prediction", "probability"] + (["probabilities"] if fmt == "jsonl" else [])
-            rows = [[i, a.label, a.probability] for i, a in zip(ids, answers)]
-            if fmt == "jsonl":
-                for row, answer in zip(rows, answers):
-                    row.append(dict(zip(spec.labels, answer.probabilities)) if answer.probabilities else None)
-            write_table(path, fmt, columns, rows)
+        write_predictions(path, fmt, spec, split, ids, answers)
         print(f"{path}: {len(answers)} predictions")
     for name in skipped:
-        print(f"skipped {name}: it has no {kind} file (add '{kind}: FILE' to its task to predict it)")
+        print(f"skipped {name}: it has no {kind} file ({split_hint(specs[name], kind)})")
 
 
 def _predict_requests(args) -> None:
@@ -269,8 +286,7 @@ def _predict_requests(args) -> None:
         _check_length_option(args, read_task_manifest(task_dir))
     requests = read_requests(args.input)
     tasks = served_tasks(args.export)
-    for position, request in enumerate(requests):  # every request checked before the model loads
-        checked_request(position, request, tasks)
+    check_requests(requests, tasks)  # every request checked before the model loads, every bad one named
     predictor = MultiTaskPredictor.from_exports(args.export, base=args.base_model, max_length=args.max_length)
     if args.compile:
         predictor.model = compile_model(predictor.model, mode=args.compile_mode)
@@ -279,41 +295,8 @@ def _predict_requests(args) -> None:
     print(f"{out}: {len(answers)} predictions for tasks {sorted(set(a.task for a in answers))}")
 
 
-def _row_ids(spec, split: str, data) -> list:
-    """The ids of a split's rows for its prediction file: the task's ``id_column`` (loaded with the rows), else
-    a user file's own ``id`` column, where a row without an id gets its row number (0 for the first data row;
-    the number GLUE's ``index`` is), else the row numbers. Ids must be unique."""
-    if "id" in data.column_names:
-        return list(data["id"])
-    numbers = list(data["idx"])
-    if spec.data_dir is None or spec.dataset is not None:  # GLUE, or a dataset: the rows' numbers
-        return numbers
-    path = spec.split_path(split)
-    columns, rows, unit = iter_records(
-        path, spec.file_format, spec.header_for(split), spec.column_positions, skip_bad=spec.skip_bad_rows
-    )
-    if "id" not in columns:
-        return numbers
-    get = getter(path, columns, spec.file_format, "id")
-    given, where = [], []
-    for position, row in rows:
-        value = None if isinstance(row, BadRow) else (row.get("id") if isinstance(row, dict) else get(row))
-        where.append(f"{path}, {unit} {position}")
-        given.append(request_id(value, where[-1]))
-    requests = [
-        {
-            "id": number if given[number] is None else given[number],
-            "id_given": given[number] is not None,
-            "where": where[number],
-        }
-        for number in numbers
-    ]
-    check_unique_ids(requests, "rows")
-    return [request["id"] for request in requests]
-
-
 def cmd_export(args) -> None:
-    for name, path in export_checkpoint(args.run, args.checkpoint, args.out).items():
+    for name, path in export_checkpoint(args.run, args.checkpoint, args.out, with_base=args.with_base).items():
         print(f"{name}: {path}")
 
 

@@ -25,6 +25,16 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="the grid file (YAML or JSON), see docs/compare.md")
     parser.add_argument("--output-dir", required=True, help="the folder of the runs and of the report")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at a time, each in its own process")
+    parser.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        help="where the runs train: local (the default; --jobs processes here) or ray (each run a task on a Ray "
+        "cluster, with the grid's resources_per_run; needs pals-adapters[ray])",
+    )
+    parser.add_argument(
+        "--ray-address",
+        help="with --launcher ray: the cluster's address (auto, HOST:PORT, ray://HOST:10001); none starts Ray here",
+    )
     parser.add_argument("--dry-run", action="store_true", help="list the runs, which are done, and each row's size")
     parser.add_argument(
         "--print-commands",
@@ -33,6 +43,23 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     )
     parser.add_argument("--report-only", action="store_true", help="train nothing; report the runs that are done")
     parser.add_argument("--seeds", type=int, nargs="+", default=argparse.SUPPRESS, help="replace the grid's seeds")
+    handoff = parser.add_argument_group("hand-off (train nothing: export a finished row's run)")
+    handoff.add_argument(
+        "--export",
+        dest="export_row",
+        metavar="ROW",
+        default=None,
+        help="write the export of this row's run to --out, its card saying the comparison and its scores there",
+    )
+    handoff.add_argument(
+        "--seed", type=int, default=None, help="with --export: this seed's run (default: the closest to the row's mean)"
+    )
+    handoff.add_argument("--out", default=None, help="with --export: the folder of the export")
+    handoff.add_argument(
+        "--with-base",
+        action="store_true",
+        help="with --export: a frozen base goes into the export (config, weights, tokenizer): it loads with no hub",
+    )
     shared = parser.add_argument_group("shared settings (each replaces the grid file's)")
     hints = typing.get_type_hints(RunConfig)
     for f in dataclasses.fields(RunConfig):
@@ -43,7 +70,10 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         option = "--" + f.name.replace("_", "-")
         given = dict(default=argparse.SUPPRESS, help=f.metadata.get("help", ""))  # absent: the grid's value
-        if kind is bool:
+        if f.name == "export":  # --export names the row to hand off: the setting is --no-export
+            given["help"] = "no per-task exports of the runs (the grid's export: false); --export names a row"
+            shared.add_argument("--no-export", dest="export", action="store_false", **given)
+        elif kind is bool:
             shared.add_argument(option, action=argparse.BooleanOptionalAction, **given)
         elif typing.get_origin(kind) is list:
             shared.add_argument(option, nargs="+", **given)
@@ -77,6 +107,8 @@ def cmd_compare(args) -> None:
     overrides = CommandLineOverrides({name: getattr(args, name) for name in sorted(names) if hasattr(args, name)})
     if hasattr(args, "seeds"):
         overrides["seeds"] = args.seeds
+    if args.export_row is not None or args.out or args.seed is not None or args.with_base:
+        return _hand_off(args, overrides)
     before = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         compare(
@@ -87,6 +119,8 @@ def cmd_compare(args) -> None:
             dry_run=args.dry_run,
             print_commands=args.print_commands,
             report_only=args.report_only,
+            launcher=args.launcher,
+            ray_address=args.ray_address,
             command=command_line(args, overrides),
         )
     except (KeyboardInterrupt, Terminated) as stop:
@@ -102,6 +136,8 @@ def command_line(args, overrides: dict) -> str:
     words = ["pals-bench", "compare", "--config", str(args.config), "--output-dir", str(args.output_dir)]
     words += ["--jobs", str(args.jobs)] if args.jobs != 1 else []
     words += ["--report-only"] if args.report_only else []
+    words += ["--launcher", args.launcher] if args.launcher else []
+    words += ["--ray-address", args.ray_address] if args.ray_address else []
     for name, value in overrides.items():
         option = "--" + name.replace("_", "-")
         if isinstance(value, bool):
@@ -111,3 +147,27 @@ def command_line(args, overrides: dict) -> str:
         else:
             words += [option, str(value)]
     return shlex.join(words)
+
+
+def _hand_off(args, overrides: dict) -> None:
+    """``--export ROW --out DIR``: the export of a finished run of the row (`export_row`); trains nothing."""
+    from ...errors import ConfigError
+    from ..comparison import export_row
+
+    if args.export_row is None or not args.out:
+        raise ConfigError("--seed, --out and --with-base go with --export ROW (give the row and --out DIR)")
+    if args.dry_run or args.report_only:
+        raise ConfigError("--export trains nothing: leave out --dry-run / --report-only")
+    command = shlex.join(["pals-bench", *sys.argv[1:]]) if sys.argv[1:2] == ["compare"] else None
+    written = export_row(
+        args.config,
+        args.output_dir,
+        args.export_row,
+        args.out,
+        seed=args.seed,
+        with_base=args.with_base,
+        overrides=overrides,
+        command=command,
+    )
+    for name, path in written.items():
+        print(f"{name}: {path}")

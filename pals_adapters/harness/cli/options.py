@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from ...errors import ConfigError, PalsError
+from .. import settings_yaml
 from ..run_config import RunConfig
 
 
@@ -68,7 +69,7 @@ def config_path(name: str) -> str:
 def _read_mapping(path: str) -> dict:
     try:
         text = Path(path).read_text(encoding="utf-8")
-        data = yaml.safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
+        data = settings_yaml.safe_load(text) if path.endswith((".yaml", ".yml")) else json.loads(text)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the config file ({err.strerror})") from None
     except yaml.YAMLError as err:

@@ -6,7 +6,8 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         ".api": ["compare"],
+        ".handoff": ["export_row"],
     },
 )
 
-__all__ = ["compare"]
+__all__ = ["compare", "export_row"]

@@ -10,10 +10,11 @@ from pathlib import Path
 from ...errors import ConfigError
 from ..run_config import RunConfig
 from .collect import collect_rows
-from .floor import majority_score
 from .grid import SEPARATE, Grid, PlannedRun, plan_runs, read_grid
-from .paired import paired_differences
-from .report import check_report_files, comparison_data, markdown, write_report
+from .launch import failed_runs_error, read_launch, require_ray
+from .reporting.floor import majority_score
+from .reporting.paired import paired_differences
+from .reporting.report import check_report_files, comparison_data, markdown, write_report
 from .runs import DAMAGED, DONE, MISSING, PARTIAL, export_note, record_problem, run_state, train_missing, unique_runs
 from .search.record import add_search_records, describe_searches
 from .search.trials import plan_searches, read_studies, run_searches, unfinished, with_choices
@@ -29,6 +30,8 @@ def compare(
     print_commands: bool = False,
     report_only: bool = False,
     command: str | None = None,
+    launcher: str | None = None,
+    ray_address: str | None = None,
 ) -> dict:
     """Compares methods on the same tasks, data and budget: every (row, seed) of the grid file ``config``
     is one harness run in ``<output_dir>/runs/``, and the report compares the rows with the reference row.
@@ -52,6 +55,12 @@ def compare(
     with ``keep_checkpoints``. ``jobs``: runs trained at a time, each in its own process (on a CPU with its
     share of the threads); the scores do not depend on it.
 
+    ``launcher``: ``"local"`` (the default) or ``"ray"``: each missing run one Ray task on the cluster at
+    ``ray_address`` (``auto``, ``HOST:PORT``, ``ray://HOST:10001``; None starts Ray on this machine) with the
+    grid's ``resources_per_run``; what a finished run keeps comes back into its folder here. Both replace the
+    grid file's ``launcher`` and ``ray_address`` (docs/scaling-out.md). Runs that fail there are named, the
+    others go on, and the comparison ends with a `pals_adapters.errors.PalsError` naming them.
+
     ``dry_run``: train nothing and write nothing; return (and print) the runs, which are done, and each
     row's parameters. ``print_commands`` (with ``dry_run``): also print each missing run as the
     ``pals-bench train`` command that makes it. ``report_only``: train nothing; report the runs that are
@@ -66,21 +75,27 @@ def compare(
     output_dir = Path(output_dir)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs={jobs!r}: give the number of runs to train at a time, 1 or more")
-    call = command or python_call(config, output_dir, overrides, jobs, report_only)  # before anything changes them
+    # the call as given, before anything changes its arguments
+    call = command or python_call(config, output_dir, overrides, jobs, report_only, launcher, ray_address)
     grid = read_grid(config, overrides)
     check_output_folder(output_dir)
+    launch = read_launch(grid.launch, grid.source, launcher, ray_address, jobs)
+    if launch.on_ray and not (dry_run or report_only):
+        require_ray()
     planned = plan_runs(grid, output_dir)  # every check; nothing written yet
     searches = plan_searches(grid, output_dir)  # each row's search and its trials, checked too
     if dry_run:
         return describe_plan(grid, planned, print_commands, searches, output_dir)
     check_report_files(output_dir)  # a report file compare did not write: refused before any training
+    train = _launcher(launch, jobs)
     if searches:  # each row's settings chosen on its selection part, then its final runs planned with them
-        _search(searches, grid, output_dir, jobs, report_only)
+        _search(searches, grid, output_dir, train, report_only)
         grid, planned = _with_choices(grid, searches, output_dir)
+    failed = []
     if report_only:
         _say_stale(planned)
     else:
-        train_missing(planned, grid.keep_checkpoints, jobs)
+        failed = train(planned, grid.keep_checkpoints)
     _say_missing_exports(planned)
     rows = collect_rows(grid, planned)
     specs = _all_specs(planned)
@@ -92,13 +107,16 @@ def compare(
     paths = write_report(data, rows, output_dir)
     print(markdown(data))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    if failed:
+        raise failed_runs_error(failed)
     return data
 
 
-def python_call(config, output_dir, overrides, jobs: int, report_only: bool) -> str:
+def python_call(config, output_dir, overrides, jobs: int, report_only: bool, launcher=None, ray_address=None) -> str:
     """The call as the report records it: ``compare('grid.yaml', 'out', overrides={...})``."""
     words = [repr(str(config)), repr(str(output_dir))]
     options = {"overrides": overrides or None, "jobs": jobs if jobs != 1 else None, "report_only": report_only or None}
+    options.update(launcher=launcher, ray_address=ray_address)
     words += [f"{name}={value!r}" for name, value in options.items() if value is not None]
     return f"compare({', '.join(words)})"
 
@@ -113,10 +131,32 @@ def check_output_folder(output_dir: Path) -> None:
             )
 
 
-def _search(searches: list, grid: Grid, output_dir: Path, jobs: int, report_only: bool) -> None:
-    """Every row's search run to its end (read only with ``report_only``, which needs them finished)."""
+def _launcher(launch, jobs: int):
+    """How runs train: ``train(runs, keep_checkpoints)`` returns the runs that failed (the Ray launcher goes on
+    past a failed run; the local one stops at it)."""
+    if launch.on_ray:
+        from .ray_launcher import train_on_ray  # imports Ray
+
+        return lambda runs, keep: train_on_ray(runs, keep, launch)
+
+    def train_here(runs: list[PlannedRun], keep: bool) -> list:
+        train_missing(runs, keep, jobs)
+        return []
+
+    return train_here
+
+
+def _search(searches: list, grid: Grid, output_dir: Path, train, report_only: bool) -> None:
+    """Every row's search run to its end by the grid's launcher (read only with ``report_only``, which needs
+    them finished); a trial that fails stops the search, naming it."""
     if not report_only:
-        run_searches(searches, grid, output_dir, lambda runs: train_missing(runs, False, jobs))
+
+        def train_trials(runs: list[PlannedRun]) -> None:
+            failed = train(runs, False)  # a trial's checkpoints: of no use once it is scored
+            if failed:
+                raise failed_runs_error(failed)
+
+        run_searches(searches, grid, output_dir, train_trials)
         return
     read_studies(searches)
     for search in unfinished(searches):

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ...errors import ConfigError, PalsError
+from .. import settings_yaml
 from ..run_config import RunConfig
 from . import budgets
 from .budgets import EQUAL, TaskSizes
+from .launch import LAUNCH_KEYS
 
 if TYPE_CHECKING:
     from ..tasks.spec import TaskSpec
@@ -31,7 +33,7 @@ RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 NOT_SETTABLE = ("output_dir", "resume", "overwrite", "seed", "add_to", "replace", "selection", "selection_seed")
 # What all rows share, so that their scores compare: a row may change anything else.
 SHARED_ONLY = ("model", "tasks", "task_file", "glue_dir", "data_source")
-GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", "separate_budget", "search")
+GRID_KEYS = ("seeds", "rows", "reference", "keep_checkpoints", "separate_budget", "search", *LAUNCH_KEYS)
 ROW_KEYS = ("name", "seeds", "search")  # search: the settings it chooses (search/)
 PATH_FIELDS = ("task_file", "glue_dir", "deepspeed")  # relative to the grid file's folder
 SEPARATE = "separate"  # a row of one fine-tuned model per task: the papers' baseline
@@ -73,6 +75,7 @@ class Grid:
     # row name -> {"steps": {task: steps}, "examples": {task: examples}, "batch_size"}: set by `plan_runs`
     budgets: dict[str, dict] = field(default_factory=dict)
     max_eval_examples: int | None = None  # the dev subset every row is scored on: set by `plan_runs`
+    launch: dict = field(default_factory=dict)  # where the runs train (`launch.read_launch` checks it)
     search: object = None  # the search every row makes, as written (checked by `search.space`)
 
     def row(self, name: str) -> Row:
@@ -108,6 +111,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     reference = data.pop("reference", None)
     keep = data.pop("keep_checkpoints", False)
     separate_budget = data.pop("separate_budget", EQUAL)
+    launch = {key: data.pop(key) for key in LAUNCH_KEYS if key in data}
     search = data.pop("search", None)
     for key in PATH_FIELDS:  # a path in the file is read from the file's folder
         if isinstance(data.get(key), str) and not Path(data[key]).is_absolute():
@@ -139,7 +143,7 @@ def read_grid(path: str | Path, overrides: dict | None = None) -> Grid:
     if reference not in names:
         raise ConfigError(f"{where}: reference {reference!r} is no row; choose one of {names}")
     _refuse_shadowed(given, rows, command_line, where)
-    return Grid(where, shared, seeds, rows, reference, keep, separate_budget, search=search)
+    return Grid(where, shared, seeds, rows, reference, keep, separate_budget, launch=launch, search=search)
 
 
 def _option(key: str, command_line: bool) -> str:
@@ -165,7 +169,7 @@ def _refuse_shadowed(given: list[str], rows: list[Row], command_line: bool, wher
 def _read_mapping(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else settings_yaml.safe_load(text)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the grid file ({err.strerror})") from None
     except (yaml.YAMLError, json.JSONDecodeError) as err:

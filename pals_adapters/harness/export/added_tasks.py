@@ -86,6 +86,8 @@ def export_added_tasks(
         if refused or (base_mode == "finetune" and not _base_is_current(staging / BASE_DIR, base)):
             detail = "; ".join(f"{name}: {why}" for name, why in refused.items()) or f"{BASE_DIR}/ differs"
             raise ConfigError(f"{out_dir}: the model's base is not the export's base ({detail}); nothing was written")
+        # a frozen base carried in the export (``with_base``): the new tasks name it as the others do
+        carried = base_mode == "frozen" and _base_is_current(staging / BASE_DIR, base)
         for task in tasks:
             _write_task(
                 model,
@@ -98,5 +100,6 @@ def export_added_tasks(
                 evaluation,
                 base_mode=base_mode,
                 run_config=run_config,
+                with_base=carried,
             )
     return {task: Path(out_dir) / task for task in tasks}

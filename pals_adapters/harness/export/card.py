@@ -10,11 +10,8 @@ never stops the task from loading.
 
 from __future__ import annotations
 
-import dataclasses
 import html
-import json
 import logging
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,9 +21,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..tasks.dataset_source import hub_id
 from ..tasks.spec import TaskSpec, spec_from_json
-from .card_code import base_source, harness_code, library_code
+from .card_code import base_origin, base_source, harness_code, library_code, settings_of, train_command
 from .files import ADAPTER_CONFIG, CARD
-from .library_heads import HEAD_CONFIG, HEAD_WEIGHTS, hub_model_id, shared_base_name, shared_settings
+from .library_heads import HEAD_CONFIG, HEAD_WEIGHTS, hub_model_id, shared_base_name
 from .manifest import MANIFEST, TaskManifest
 
 logger = logging.getLogger(__name__)
@@ -42,7 +39,6 @@ HUB_METRICS = {
 # The hub's library of each method backend whose task files a library loads (the others: none).
 LIBRARIES = {"adapters": "adapter-transformers", "ca_mtl": "adapter-transformers", "peft": "peft"}
 TASK_TYPE = "text-classification"  # the hub files GLUE's regression (STS-B) under it too
-SKIPPED_SETTINGS = ("resume",)  # how a run was restarted, not what it trained
 FILE_ROLES = {
     ADAPTER_CONFIG: "the adapter's config, in its library's own format",
     "adapter.safetensors": "the adapter's weights (`adapters` format)",
@@ -54,21 +50,22 @@ FILE_ROLES = {
 }
 
 
-def write_card(folder: Path, manifest: TaskManifest, run_config: Any = None) -> None:
+def write_card(folder: Path, manifest: TaskManifest, run_config: Any = None, origin: Mapping | None = None) -> None:
     """Writes ``folder/README.md`` for the task of ``manifest`` (``run_config``: the run's `RunConfig` or its
-    settings as a mapping, for the training section; None where the export does not know them). A card is
-    documentation: a failure to write one is logged and never fails the export of the task's weights."""
+    settings as a mapping, for the training section; None where the export does not know them; ``origin``: the
+    comparison the run came from, see `comparison.handoff`). A card is documentation: a failure to write one is
+    logged and never fails the export of the task's weights."""
     try:
-        card_of(manifest, run_config).save(folder / CARD)
+        card_of(manifest, run_config, origin).save(folder / CARD)
     except Exception as err:  # noqa: BLE001 - the weights' export is worth more than their card
         (folder / CARD).unlink(missing_ok=True)
         logger.warning("no model card for %s (%s: %s); the task is exported", folder.name, type(err).__name__, err)
 
 
-def card_of(manifest: TaskManifest, run_config: Any = None) -> ModelCard:
+def card_of(manifest: TaskManifest, run_config: Any = None, origin: Mapping | None = None) -> ModelCard:
     spec = spec_from_json(manifest.task_spec)
     data = card_data(manifest, spec)
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body(manifest, spec, run_config)}")
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body(manifest, spec, run_config, origin)}")
 
 
 def hub_base_model(manifest: TaskManifest) -> str | None:
@@ -154,40 +151,6 @@ def card_data(manifest: TaskManifest, spec: TaskSpec) -> ModelCardData:
     )
 
 
-def train_command(run_config: Any, shared: bool = False) -> str | None:
-    """``pals-bench train`` with the run's settings that differ from their defaults (each CLI option is a
-    `RunConfig` field); None without a dataclass of settings. ``shared``: local folders by name, as cards show."""
-    if not dataclasses.is_dataclass(run_config):
-        return None
-    options = []
-    for field in dataclasses.fields(run_config):
-        value = getattr(run_config, field.name)
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        if value is None or value == default or field.name in SKIPPED_SETTINGS:
-            continue
-        if shared:
-            value = shared_settings({field.name: value})[field.name]
-        option = "--" + field.name.replace("_", "-")
-        if isinstance(value, bool):
-            options.append(option if value else f"--no-{option[2:]}")
-        elif isinstance(value, (list, tuple)):
-            options.append(" ".join([option, *(shlex.quote(str(v)) for v in value)]))
-        else:
-            options.append(f"{option} {shlex.quote(str(value))}")
-    return " \\\n  ".join(["pals-bench train", *options])
-
-
-def _settings(run_config: Any) -> dict | None:
-    """The run's settings as plain YAML values (tuples as lists, anything else as its text)."""
-    if dataclasses.is_dataclass(run_config):
-        settings = dataclasses.asdict(run_config)
-    elif isinstance(run_config, Mapping):
-        settings = dict(run_config)
-    else:
-        return None
-    return json.loads(json.dumps(shared_settings(settings), default=str))
-
-
 def _files(manifest: TaskManifest) -> list[str]:
     lines = [f"- `{name}`: {FILE_ROLES.get(name, 'a file of the task')}" for name in sorted(manifest.files)]
     lines.append(
@@ -239,8 +202,8 @@ def _base(manifest: TaskManifest) -> list[str]:
         f"`{manifest.base_fingerprint}` ({manifest.base_dtype}; `pals_adapters.harness.export.fingerprint_model`).",
     ]
     origin = shared_base_name(manifest.base_model_name)
-    if manifest.base_path is not None and origin:
-        lines.append(f"It was fine-tuned from `{origin}` together with the run's tasks.")
+    if manifest.base_mode == "finetune" and origin:
+        lines.append(f"It was fine-tuned from {base_origin(manifest)} together with the run's tasks.")
     if hub_base_model(manifest) is None and origin:
         lines += [
             "",
@@ -256,13 +219,13 @@ def _training(manifest: TaskManifest, run_config: Any) -> list[str]:
         f"- method: `{manifest.method.name}`"
         + (f" with {manifest.method.overrides}" if manifest.method.overrides else "")
         + f" (backend `{manifest.method.kind}`)",
-        f"- base: {base}",
+        f"- base: {base}, from {base_origin(manifest)}",
         f"- tokens per example: {manifest.max_length}",
         f"- parameters of this task: {manifest.num_parameters:,}" if manifest.num_parameters is not None else "",
         f"- written by {manifest.producer}" if manifest.producer else "",
     ]
     lines = ["## Training", "", *(fact for fact in facts if fact)]
-    command, settings = train_command(run_config, shared=True), _settings(run_config)
+    command, settings = train_command(run_config, shared=True), settings_of(run_config)
     if command:
         lines += ["", "The run (its other settings at their defaults; local folders by their name):", ""]
         lines += ["```bash", command, "```"]
@@ -327,7 +290,32 @@ def _publishing(manifest: TaskManifest) -> list[str]:
     ]
 
 
-def body(manifest: TaskManifest, spec: TaskSpec, run_config: Any = None) -> str:
+def _comparison(origin: Mapping[str, Any] | None) -> list[str]:
+    """Where the run stands in the comparison it came from (``pals-bench compare --export``): its row, seed and
+    scores there beside the row's mean over seeds, in points."""
+    if not origin:
+        return []
+    keys = [*origin["tasks"], "average"]
+    seeds = ", ".join(map(str, origin["seeds"]))
+    count = len(origin["seeds"])
+    lines = [
+        "## In the comparison",
+        "",
+        f"Exported from row `{origin['row']}` (seed {origin['seed']}; the row's seeds: {seeds}) of the comparison in "
+        f"`{origin['comparison']}` (grid file `{origin['grid']}`), with `{origin['command']}`. Dev scores there, in "
+        "points (0-100):",
+        "",
+        "| | " + " | ".join(keys) + " |",
+        "|---|" + "---:|" * len(keys),
+        f"| this run (seed {origin['seed']}) | " + " | ".join(f"{origin['scores'][k]:.1f}" for k in keys) + " |",
+        f"| the row's mean over {count} seed{'s' if count > 1 else ''} | "
+        + " | ".join(f"{origin['row_mean'][k]:.1f}" for k in keys)
+        + " |",
+    ]
+    return lines
+
+
+def body(manifest: TaskManifest, spec: TaskSpec, run_config: Any = None, origin: Mapping | None = None) -> str:
     _, _, dataset = dataset_of(spec)
     # labels are the user's text: escaped, so that no HTML of theirs enters the card's body
     labels = ", ".join(html.escape(label) for label in spec.labels)
@@ -345,6 +333,7 @@ def body(manifest: TaskManifest, spec: TaskSpec, run_config: Any = None) -> str:
         _base(manifest),
         _training(manifest, run_config),
         _results(manifest, spec),
+        _comparison(origin),
         _publishing(manifest),
     ]
-    return "\n\n".join("\n".join(section) for section in sections) + "\n"
+    return "\n\n".join("\n".join(section) for section in sections if section) + "\n"

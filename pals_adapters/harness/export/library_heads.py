@@ -196,9 +196,10 @@ def _shared_value(value: Any) -> Any:
 
 def shared_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A run's settings as a shared card shows them: local folders by their name (``/home/me/glue`` ->
-    ``glue``), the model by `shared_base_name`."""
+    ``glue``), the model by `shared_base_name`; the bundled model by the name ``pals-bench`` takes, so that the
+    command runs as written wherever that package is installed."""
     shared = {key: _shared_value(value) for key, value in settings.items()}
-    if isinstance(settings.get("model"), str):
+    if isinstance(settings.get("model"), str) and settings["model"] not in BUNDLED_HUB_IDS:
         shared["model"] = shared_base_name(settings["model"])
     return shared
 

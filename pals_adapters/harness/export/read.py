@@ -117,12 +117,13 @@ def _load_base(folder: Path, manifest: TaskManifest, base, allow_pickle: bool) -
         )
         model.config._name_or_path = backbone.config._name_or_path  # not "None" (PEFT would look that up)
         return model, f"the {type(base).__name__} passed as base"
-    exported_base = base is None and manifest.base_mode == "finetune"
+    exported_base = base is None and manifest.base_path is not None  # fine-tuned, or a frozen base carried along
     if exported_base:
         base = (folder / manifest.base_path).resolve()
         if not base.is_dir():
+            what = "a fine-tuned base" if manifest.base_mode == "finetune" else "its base exported with it"
             raise AdapterLoadError(
-                f"{folder} was trained with a fine-tuned base, expected at {base} (export_base / export_run "
+                f"{folder} was exported with {what}, expected at {base} (export_base / export_run "
                 "write it); copy it there or pass base="
             )
     elif base is None:
@@ -165,7 +166,7 @@ def _shared_state(folder: Path, manifest: TaskManifest, base) -> tuple[dict[str,
     if isinstance(base, nn.Module):
         state = {k: v.detach().clone() for k, v in shared_state_dict(base).items()}
         return state, f"the {type(base).__name__} passed as base"
-    if base is None and manifest.base_mode == "finetune":
+    if base is None and manifest.base_path is not None:
         base_dir = (folder / manifest.base_path).resolve()
     elif base is not None and Path(base).is_dir() and manifest_contents(Path(base)) == "base":
         base_dir = Path(base)
@@ -260,8 +261,9 @@ def load_tasks(exports, base=None, *, allow_pickle: bool = False) -> MultiTaskMo
     model.backend.load_shared_state(model, shared, shared_source)
     got, expected = fingerprint_model(model), first.base_fingerprint  # the method's shared modules included
     if got != expected:
-        if first.base_mode == "finetune":
-            wanted = f"the fine-tuned base exported with it ({first.base_path} next to the task folder)"
+        if first.base_path is not None:
+            kind = "fine-tuned base" if first.base_mode == "finetune" else "base"
+            wanted = f"the {kind} exported with it ({first.base_path} next to the task folder)"
         else:
             wanted = f"the unchanged pretrained base {base_location(first.base_model_name, first_folder)!r}"
         raise AdapterLoadError(
@@ -295,7 +297,7 @@ def load_tokenizer(exports, base: str | None = None):
     manifest = read_task_manifest(folder)
     if base is not None:
         source = base
-    elif manifest.base_mode == "finetune":
+    elif manifest.base_path is not None:  # the base exported with the task (fine-tuned, or frozen and carried)
         exported = (folder / manifest.base_path).resolve()
         checked = read_base_manifest(exported)
         verify_files(exported, checked.files)

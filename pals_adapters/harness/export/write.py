@@ -2,7 +2,8 @@
 
 Layout::
 
-    <out_dir>/base/      the fine-tuned shared base (only with base_mode "finetune"): a plain
+    <out_dir>/base/      the fine-tuned shared base (base_mode "finetune"), or with ``with_base`` the
+                         frozen pretrained base, so that the export loads with no hub: a plain
                          transformers model folder (safetensors), its tokenizer, manifest.json, and the
                          method's shared modules if it has any (shared_modules.safetensors: CA-MTL)
     <out_dir>/<task>/    the task's native files (as its method backend writes them),
@@ -156,10 +157,13 @@ def _write_task(
     evaluation,
     base_mode: str | None = None,
     run_config=None,
+    with_base: bool = False,
+    origin=None,
 ) -> None:
     # base_mode: how the base was made, if not by this model's own training (a task added to an export
     # trains against the export's fine-tuned base with that base frozen; it still needs that base)
     base_mode = base_mode or model.base_mode
+    carried = base_mode == "finetune" or with_base  # the base in <out_dir>/base, next to the task
     folder.mkdir()
     _write_task_weights(model, task, folder, base_model_name)
     if evaluation is not None:  # the data folder by its name and from the export: local paths are not shared
@@ -179,7 +183,7 @@ def _write_task(
         base_config=base.config,
         base_model_name=recorded_base_name(base_model_name, folder),  # a local folder from here
         attn_implementation=model.backbone.config._attn_implementation,
-        base_path=None if base_mode == "frozen" else f"../{BASE_DIR}",
+        base_path=f"../{BASE_DIR}" if carried else None,
         metrics=metrics,
         max_length=max_length,
         tokenizer_files=base.tokenizer_files,
@@ -190,7 +194,7 @@ def _write_task(
         producer=f"pals_adapters {__version__}",
         pooling=model.pooling,
     )
-    write_card(folder, manifest, run_config)
+    write_card(folder, manifest, run_config, origin)
     write_manifest(folder, manifest)  # last: a folder without it never loads
 
 
@@ -287,13 +291,16 @@ def export_run(
     max_length: int | None = None,
     evaluation: EvaluationRecord | None = None,
     run_config=None,
+    with_base: bool = False,
+    origin=None,
 ) -> dict[str, Path]:
-    """The whole export of a run: `export_base` (fine-tuned runs only) and every task, replacing what
+    """The whole export of a run: `export_base` (fine-tuned runs; with ``with_base`` a frozen base too, so that
+    the export loads with no hub and no model package) and every task, replacing what
     ``out_dir`` held in one step. Tasks of ``out_dir`` that the model does not have (added later with
     ``add_to``) are kept when they can stay beside the new base (same method, base and tokenizer: a
     re-export of the same checkpoint); otherwise nothing is written (ConfigError names them). Every task
-    gets a model card; ``run_config``: the run's `RunConfig` (or its settings), for its training section.
-    Returns ``{name: folder}``."""
+    gets a model card; ``run_config``: the run's `RunConfig` (or its settings), for its training section;
+    ``origin``: the comparison the run came from, for its section of the card. Returns ``{name: folder}``."""
     _check_exportable(model)
     out_dir = Path(out_dir)
     base = _Base(model, tokenizer)  # hashed once for all tasks
@@ -301,7 +308,8 @@ def export_run(
     # Tasks added to the export later are carried over (they need this base), checked under the export's lock.
     with staged_export(out_dir, only=[BASE_DIR, *model.tasks]) as staging:
         check_other_tasks_kept(out_dir, model, base=base)
-        if model.base_mode == "finetune":
+        carried = model.base_mode == "finetune" or with_base
+        if carried:
             _write_base(model, staging / BASE_DIR, tokenizer, base, base_model_name)
         for task in model.tasks:
             _write_task(
@@ -314,6 +322,8 @@ def export_run(
                 max_length,
                 evaluation,
                 run_config=run_config,
+                with_base=carried,
+                origin=origin,
             )
-    names = ([BASE_DIR] if model.base_mode == "finetune" else []) + list(model.tasks)
+    names = ([BASE_DIR] if carried else []) + list(model.tasks)
     return {name: out_dir / name for name in names}

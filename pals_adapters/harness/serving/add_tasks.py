@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import AdapterLoadError, ConfigError
+from ...errors import AdapterLoadError, ConfigError, IntegrityError
 from ...pretrained import pretrained_tokenizer
 from ..export.files import BASE_DIR, verify_files
-from ..export.library_heads import base_location
-from ..export.manifest import manifest_contents, read_base_manifest
+from ..export.library_heads import base_location, shared_base_name
+from ..export.manifest import manifest_contents, read_base_manifest, read_task_manifest
 from ..export.read import check_tokenizer, checked_task_folder, recorded_base, task_folders
 from ..methods.method import Method
 from ..methods.model import resolve_model
@@ -72,7 +72,7 @@ def shared_base_of(export_dir: str | Path) -> SharedBase:
             raise AdapterLoadError(
                 f"{export_dir}: its tasks do not share one method and base; give a run's export folder"
             )
-    if first.base_mode == "finetune":
+    if first.base_path is not None:  # fine-tuned, or a frozen base exported with the tasks (--with-base)
         base_dir = export_dir / BASE_DIR
         base = read_base_manifest(base_dir)  # a missing or unreadable manifest is an error
         verify_files(base_dir, base.files)
@@ -157,3 +157,24 @@ def export_tokenizer(shared: SharedBase):
             "export's tasks: restore the base's tokenizer files as they were at export"
         ) from None
     return tokenizer
+
+
+def taken_from_export(config) -> str | None:
+    """What a run with add_to takes from the export, in words (from its manifests: nothing is loaded): the
+    method it leaves unset and the base; None without add_to or where the export cannot be read (the run's
+    checks then say why)."""
+    if config.add_to is None:
+        return None
+    try:
+        manifest = read_task_manifest(task_folders(config.add_to)[0])
+    except (AdapterLoadError, ConfigError, IntegrityError):
+        return None
+    method = Method(manifest.method.name, manifest.method.kind, overrides=dict(manifest.method.overrides)).spec
+    what = "its fine-tuned base (base/)" if manifest.base_mode == "finetune" else "its pretrained base"
+    name = shared_base_name(manifest.base_model_name)
+    taken = [] if config.method is not None else [f"method {method}"]
+    return (
+        f"add_to {config.add_to}: "
+        + ", ".join([*taken, f"{what}{f' from {name}' if name else ''}, frozen"])
+        + " (taken from the export)"
+    )

@@ -45,10 +45,18 @@ class Prediction:
     logits: tuple[float, ...]
     probabilities: tuple[float, ...] | None = None
 
+    labels: tuple[str, ...] | None = None  # the task's labels, in the order of ``probabilities``
+
     @property
     def probability(self) -> float | None:
         """The probability of the predicted label (None for a regression task)."""
         return max(self.probabilities) if self.probabilities else None
+
+    @property
+    def by_label(self) -> dict[str, float] | None:
+        """The probability of each label by its name (``{"negative": 0.1, "positive": 0.9}``); None for a
+        regression task."""
+        return dict(zip(self.labels, self.probabilities)) if self.probabilities and self.labels else None
 
 
 def usable_positions(config: Any) -> int | None:
@@ -107,6 +115,28 @@ def checked_request(position: int, request, tasks: Mapping[str, TaskSpec]) -> tu
             "name (leave 'text_b' out or empty for single-text tasks)"
         )
     return task, texts
+
+
+SHOWN_PROBLEMS = 20  # the lines a message lists; the count says how many more
+
+
+def every_problem(problems: list[str], what: str) -> str:
+    """One message for every bad request or row (the first SHOWN_PROBLEMS, and how many more), one per line."""
+    shown = problems[:SHOWN_PROBLEMS]
+    more = f"\n... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+    return f"{len(problems)} {what} to fix:\n" + "\n".join(shown) + more
+
+
+def check_requests(requests: Sequence, tasks: Mapping[str, TaskSpec]) -> None:
+    """Every request checked (`checked_request`) before the model loads; one ConfigError naming each bad one."""
+    problems = []
+    for position, request in enumerate(requests):
+        try:
+            checked_request(position, request, tasks)
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigError(every_problem(problems, "requests"))
 
 
 @contextlib.contextmanager
@@ -188,6 +218,7 @@ class MultiTaskPredictor:
     def predict(self, requests: Sequence[Mapping]) -> list[Prediction]:
         """``requests``: mappings with ``task``, ``text`` and, for pair tasks, ``text_b``; answers in order.
         Every request is checked before any is answered."""
+        check_requests(requests, self.model.tasks)  # every bad request named at once, before any is answered
         encoded = [self._encode(i, request) for i, request in enumerate(requests)]
         order = list(range(len(encoded)))
         if self.sort_by_length:
@@ -243,4 +274,4 @@ def decode(spec: TaskSpec, logits: np.ndarray) -> Prediction:
     exp = np.exp(values - values.max())
     probabilities = tuple(float(p) for p in exp / exp.sum())
     label = spec.labels[int(np.argmax(values))]
-    return Prediction(spec.name, label, tuple(float(x) for x in logits), probabilities)
+    return Prediction(spec.name, label, tuple(float(x) for x in logits), probabilities, tuple(spec.labels))

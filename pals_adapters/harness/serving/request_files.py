@@ -15,7 +15,7 @@ from ..export.manifest import read_task_manifest
 from ..export.read import task_folders, task_spec_of
 from ..tasks.readers import iter_records
 from ..tasks.spec import TaskSpec
-from .predictor import ANSWER_FORMATS, REQUEST_FORMATS, Prediction, type_name
+from .predictor import ANSWER_FORMATS, REQUEST_FORMATS, Prediction, every_problem, type_name
 
 # --------------------------------------------------------------------------- request files
 
@@ -46,7 +46,7 @@ def read_requests(path: str | os.PathLike) -> list[dict]:
                 f"{path}: missing column {missing[0]!r}; columns found: {', '.join(columns)}; requests need "
                 "task, text, text_b (pair tasks) and optionally id"
             )
-    requests = []
+    requests, problems = [], []
     for position, row in rows:
         where = f"{path}, {unit} {position}"
         if fmt == "jsonl":
@@ -55,9 +55,15 @@ def read_requests(path: str | os.PathLike) -> list[dict]:
             values = {name: row[columns.index(name)] if name in columns else None for name in ("id", "task", "text")}
             text_b = row[columns.index("text_b")] if "text_b" in columns else ""
             values["text_b"] = text_b or None
-        given = request_id(values.pop("id"), where)
+        try:
+            given = request_id(values.pop("id"), where)
+        except DataError as err:  # every bad line is said at once, not only the first
+            problems.append(str(err))
+            continue
         requests.append({"id": len(requests) if given is None else given, **values, "where": where})
         requests[-1]["id_given"] = given is not None
+    if problems:
+        raise DataError(every_problem(problems, "requests"))
     if not requests:
         raise DataError(f"{path}: no requests (only a header)")
     check_unique_ids(requests)
@@ -160,8 +166,7 @@ def write_answers(
     for request, answer in zip(requests, answers):
         row = [request["id"], answer.task, answer.label, answer.probability]
         if fmt == "jsonl":
-            probabilities = answer.probabilities
-            row.append(dict(zip(tasks[answer.task].labels, probabilities)) if probabilities else None)
+            row.append(answer.by_label)
         rows.append(row)
     write_table(path, fmt, columns, rows)
 

@@ -16,6 +16,7 @@ import datasets
 
 from ...errors import ConfigError, DataError
 from .dataset_source import describe, local_folder, open_dataset, select_split
+from .file_record import relative_file
 from .readers import check_texts_given, text_value
 from .row_checks import SHOWN_BAD_ROWS, LabelParser, SkippedRows, features_for, is_test_split
 from .row_checks import row_id as read_id
@@ -60,19 +61,19 @@ def load_dataset_split(spec: TaskSpec, split: str, skipped: list[SkippedRows] | 
             row_id = read_id(ids[row], spec.id_column) if ids is not None else None
         except ValueError as exc:
             if spec.skip_bad_rows:
-                bad.append((row + 1, str(exc)))
+                bad.append((row, str(exc)))
                 continue
-            raise DataError(f"{where}, row {row + 1}: {exc}") from None
+            raise DataError(f"{where}, row {row} (counted from 0, as ids): {exc}") from None
         if label is _OTHER_CLASS:
             other_classes += 1
             continue
         if row_id is not None:
             if row_id in seen:
                 raise DataError(
-                    f"{where}, row {row + 1}: id {row_id!r} in column {spec.id_column!r} is also the id of row "
-                    f"{seen[row_id]}; ids must be unique (they join predictions back to rows)"
+                    f"{where}, row {row} (counted from 0): id {row_id!r} in column {spec.id_column!r} is also the id "
+                    f"of row {seen[row_id]}; ids must be unique (they join predictions back to rows)"
                 )
-            seen[row_id] = row + 1
+            seen[row_id] = row
             out["id"].append(row_id)
         out["text_a"].append(pair[0])
         out["text_b"].append(pair[1] if len(pair) > 1 else "")
@@ -161,6 +162,8 @@ def dataset_record(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, An
     if spec.dataset is None:
         return None
     source = dict(spec.dataset)  # a local folder as the task file names it, relative to the task file
+    if source.get("data_files") is not None and spec.data_dir is not None:  # files given by absolute paths: too
+        source["data_files"] = relative_file(source["data_files"], spec.data_dir)
     folder = local_folder(spec)
     if folder is not None:
         try:

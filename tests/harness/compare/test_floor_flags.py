@@ -11,8 +11,8 @@ from compare_grids import write_grid
 
 from pals_adapters.harness import compare
 from pals_adapters.harness.checks import resolve_task_names
-from pals_adapters.harness.comparison.figure import FIGURE_MARK
-from pals_adapters.harness.comparison.floor import majority_score
+from pals_adapters.harness.comparison.reporting.figure import FIGURE_MARK
+from pals_adapters.harness.comparison.reporting.floor import majority_score
 
 ROWS = "rows:\n  - name: PALs\n    method: pals\n  - name: LoRA\n    method: lora\n    base: frozen\n"
 

@@ -35,7 +35,7 @@ def test_a_resumed_runs_costs_and_loss_are_its_whole_runs(user_tasks, tiny_model
     out = tmp_path / "out"
     [run] = plan_runs(read_grid(grid), out)
     with pytest.raises(KeyboardInterrupt):
-        train_one(run.config, False, [InterruptAt(3)])
+        train_one(run, False, [InterruptAt(3)])
     assert (run.folder / "checkpoint-2").is_dir() and not (run.folder / "results.json").exists()
 
     data = compare(grid, out)  # goes on from checkpoint-2

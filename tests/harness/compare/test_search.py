@@ -8,7 +8,8 @@ import json
 import pytest
 from search_grids import ROWS, write_search_grid, write_signal_task
 
-from pals_adapters.harness import compare
+from pals_adapters.errors import ConfigError
+from pals_adapters.harness import compare, export_row
 
 ROWS_YAML = """
 reference: at the default
@@ -86,6 +87,18 @@ def test_the_dry_run_lists_the_trials_and_their_state(searched, capsys):
     assert "search of row 'fine-tuned, searched': 2 trials (grid over lr), 2 done" in printed
     assert "trial 0 lr=" in printed and "trial 1 lr=" in printed
     assert len(plan["search"]["fine-tuned, searched"]["trials"]) == 2
+
+
+def test_a_searched_row_is_handed_over_from_the_runs_of_its_chosen_settings(searched, tmp_path):
+    """export_row finds the row's runs with the settings its search chose (this grid keeps no exports, so it
+    says how to get one from them); before the search has finished, it says so."""
+    grid, out, data = searched
+    final = {str(out / run["run_dir"]) for run in data["rows"][0]["runs"]}
+    with pytest.raises(ConfigError, match="the run kept no export") as caught:
+        export_row(grid, out, "fine-tuned, searched", tmp_path / "handoff")
+    assert any(folder in str(caught.value) for folder in final)
+    with pytest.raises(ConfigError, match="row 'fine-tuned, searched': its search is not finished"):
+        export_row(grid, tmp_path / "not-run", "fine-tuned, searched", tmp_path / "handoff")
 
 
 def test_the_dry_run_of_a_new_search_lists_its_candidates_and_writes_nothing(searched, tmp_path, capsys):

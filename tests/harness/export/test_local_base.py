@@ -3,6 +3,7 @@ absolute path (the manifest by its path from the task folder, shared files by th
 finds it on the same machine and after the project moved whole, and exports written before (an absolute path)
 still load. A checkpoint's export states what its scores were measured on."""
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -178,3 +179,28 @@ def test_a_checkpoint_whose_dev_data_is_gone_is_exported_without_its_scores(proj
     assert "the dev scores of checkpoint-2 are left out of the export" in caplog.text
     assert read_task_manifest(tmp_path / "ck" / "mood").metrics is None
     assert "None recorded with this export" in (tmp_path / "ck" / "mood" / "README.md").read_text()
+
+
+def test_export_with_base_carries_a_frozen_base_so_that_the_task_loads_without_the_model(tmp_path, tiny_model_dir):
+    """``pals-bench export RUN --with-base``: the frozen pretrained base goes into ``<out>/base`` (config, weights,
+    tokenizer); the task loads, predicts the same and takes a new task (--add-to) with the base folder gone."""
+    _write_project(tmp_path, tiny_model_dir)
+    config = tiny_run_config(tmp_path / BASE, tmp_path / "run", tasks=None, task_file=str(tmp_path / "tasks.yaml"))
+    run(dataclasses.replace(config, glue_dir=None, base="frozen", max_steps=2, save_steps=2))
+    expected = load_task(tmp_path / "run" / "export" / "mood")  # on the pretrained base, found by its folder
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "handoff"), "--with-base"]) == 0
+    shutil.rmtree(tmp_path / BASE)  # the colleague has no copy of the model
+    handoff = tmp_path / "handoff"
+    manifest = read_task_manifest(handoff / "mood")
+    assert (manifest.base_mode, manifest.base_path) == ("frozen", "../base")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (handoff / "base").iterdir()}
+    loaded, tokenizer = load_task(handoff / "mood"), load_tokenizer(handoff / "mood")
+    inputs = tokenizer(["a good film"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded("mood", **inputs)["logits"], expected("mood", **inputs)["logits"])
+    card = (handoff / "mood" / "README.md").read_text(encoding="utf-8")
+    assert 'base = "../base"  # the pretrained base, unchanged, exported with this task' in card
+    more = {"tasks": None, "task_file": str(tmp_path / "more.yaml"), "glue_dir": None, "max_steps": 2}
+    run(tiny_run_config(None, tmp_path / "add", model=None, method=None, add_to=str(handoff), **more))
+    assert read_task_manifest(handoff / "tone").base_path == "../base"  # it names the carried base as the others
+    assert sorted(load_task(handoff / "tone").tasks) == ["tone"]

@@ -107,12 +107,14 @@ def original(tmp_path, tiny_model_dir):
     return out
 
 
-def test_the_documented_add_to_command_takes_model_method_and_base_from_the_export(original, tmp_path):
+def test_the_documented_add_to_command_takes_model_method_and_base_from_the_export(original, tmp_path, capsys):
     export = original / "export"
     before = file_hashes(export)
     # no --model (the default bert-base-uncased is never looked up: offline, it would fail), no method or base
     argv = cli_args(tmp_path, "--tasks", "cola", "--add-to", str(export), "--output-dir", str(tmp_path / "add"))
     assert main(argv) == 0
+    said = capsys.readouterr().out.splitlines()[0]  # before training: what it took from the export
+    assert said.startswith(f"add_to {export}: method pals, its fine-tuned base (base/) from ") and "frozen" in said
     recorded = json.loads((tmp_path / "add" / "run_config.json").read_text())
     assert (recorded["model"], recorded["method"], recorded["base"]) == (str(export / "base"), "pals", "frozen")
     assert {k: v for k, v in file_hashes(export).items() if k.parts[0] != "cola"} == before

@@ -78,6 +78,29 @@ def test_a_request_for_a_task_not_served_names_it(tmp_path, tiny_model_dir):
         predictor.predict([{"task": "mrpc", "text": "a", "text_b": "b"}])
     with pytest.raises(ConfigError, match="needs 'text' and 'text_b'"):
         predictor.predict([{"task": "rte", "text": "only one"}])
+    bad = [{"task": "rte", "text": "a"}, {"task": "rte", "text": "a", "text_b": "b"}, {"task": "mrpc", "text": "c"}]
+    with pytest.raises(ConfigError, match=r"2 requests to fix:\nrequest 0: .*needs 'text' and 'text_b'.*\nrequest 2: "):
+        predictor.predict(bad)  # every bad request, not only the first
+    answer = predictor.predict([bad[1]])[0]
+    assert answer.by_label == dict(zip(("entailment", "not_entailment"), answer.probabilities))
+
+
+def test_a_request_file_names_every_bad_line(tmp_path, tiny_model_dir, capsys):
+    from pals_adapters.harness.cli import main
+
+    out = exported(tmp_path, tiny_model_dir)
+    requests = tmp_path / "requests.jsonl"
+    lines = [{"task": "rte", "text": "a"}, {"id": 1.5, "task": "rte", "text": "a", "text_b": "b"}, {"task": "x"}]
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(SystemExit):  # the bad id first (reading the file), then every bad request
+        main(["predict", str(out), "--input", str(requests), "--out", str(tmp_path / "answers.tsv")])
+    assert "1 requests to fix" in capsys.readouterr().err
+    lines[1]["id"] = 1
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(SystemExit):
+        main(["predict", str(out), "--input", str(requests), "--out", str(tmp_path / "answers.tsv")])
+    err = capsys.readouterr().err
+    assert "2 requests to fix" in err and "line 1: task 'rte' needs" in err and "line 3: task 'x' is not served" in err
 
 
 def test_cli_predict_over_a_file_with_a_task_column(tmp_path, tiny_model_dir, capsys):
@@ -247,5 +270,5 @@ def test_predict_on_an_export_predicts_the_tasks_that_have_the_split_and_names_t
     )
     with pytest.raises(SystemExit):
         main(["predict", str(tmp_path / "export" / "pairs"), "--out", str(tmp_path / "none")])
-    assert "no task has a test file to predict (tasks ['pairs'])" in capsys.readouterr().err
+    assert "no task has a test split to predict (pairs: add 'test: FILE'" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()

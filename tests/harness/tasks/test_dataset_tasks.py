@@ -344,16 +344,54 @@ def test_skip_bad_rows_counts_unusable_dataset_rows(tmp_path, caplog):
     feats = datasets.Features({"text": datasets.Value("string"), "label": SENTIMENT})
     datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows, features=feats)}).save_to_disk(str(tmp_path / "d"))
     strict = custom_task("t", dataset={"from_disk": str(tmp_path / "d")})
-    with pytest.raises(DataError, match=r"split 'train', row 2: text in column 'text' is null"):
+    with pytest.raises(
+        DataError, match=r"split 'train', row 1 \(counted from 0, as ids\): text in column 'text' is null"
+    ):
         load_split(strict, "train")
     skipped = []
     spec = custom_task("t", dataset={"from_disk": str(tmp_path / "d")}, skip_bad_rows=True)
     loaded = load_split(spec, "train", skipped=skipped)
     assert loaded["text_a"] == ["fine", "also"] and loaded["idx"] == [0, 3]
-    assert skipped[0].count == 2 and [pos for pos, _ in skipped[0].first] == [2, 3]
+    assert skipped[0].count == 2 and [pos for pos, _ in skipped[0].first] == [1, 2]  # from 0, as idx
     assert "no label (-1)" in skipped[0].first[1][1] and "skipped 2 malformed rows" in caplog.text
 
 
 def test_a_local_folder_is_recorded_relative_to_the_task_file(data):
     spec = custom_task("t", dataset={"path": str(data / "data" / "hub_repo"), "name": "reviews"}, base_dir=data)
     assert spec.dataset["path"] == "data/hub_repo" and dataset_source.local_folder(spec) == data / "data" / "hub_repo"
+
+
+def test_an_empty_slice_is_refused_as_such(tmp_path):
+    datasets.DatasetDict({"train": reviews(8)}).save_to_disk(str(tmp_path / "d"))
+    with pytest.raises(ConfigError, match=r"split 'train\[5:3\]' selects no rows \(train has 8; .*rows 5 to 3\)"):
+        custom_task("t", dataset={"from_disk": str(tmp_path / "d")}, splits={"train": "train[5:3]"})
+
+
+def test_a_revision_of_a_local_dataset_folder_is_refused(data):
+    folder = str(data / "data" / "hub_repo")
+    with pytest.raises(ConfigError, match="revision 'v1' applies to a Hub dataset.*remove revision"):
+        custom_task("t", dataset={"path": folder, "name": "reviews", "revision": "v1"}, base_dir=data)
+
+
+def test_absolute_files_of_a_task_are_recorded_relative_to_the_export(tmp_path):
+    from pals_adapters.harness.tasks.file_record import shared_spec_json, spec_from_shared_json
+    from pals_adapters.harness.tasks.user_tasks import split_files
+
+    data = tmp_path / "far" / "data"
+    data.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (data / f"{split}.csv").write_text("text,label\n" + "".join(f"w{i},{i % 2}\n" for i in range(6)))
+    files = {"train": str(data / "train.csv"), "validation": str(data / "dev.csv")}
+    export = tmp_path / "project" / "run" / "export" / "mood"
+    export.mkdir(parents=True)
+    for spec in (
+        custom_task("mood", **files, base_dir=tmp_path / "project"),  # train: /abs/..., validation: /abs/...
+        custom_task("mood", dataset={"path": "csv", "data_files": files}, base_dir=tmp_path / "project"),
+    ):
+        recorded = {"task_spec": shared_spec_json(spec, export), "dataset_source": dataset_record(spec, export)}
+        assert str(tmp_path) not in json.dumps(recorded)  # no path of this machine
+        back = spec_from_shared_json(recorded["task_spec"], export)
+        assert split_files(back) == split_files(spec)  # the same files, read back from the export
+        if spec.dataset is not None:
+            assert back.dataset["data_files"]["train"] == "../far/data/train.csv"
+            assert len(load_split(back, "validation")) == 6

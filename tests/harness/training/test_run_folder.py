@@ -17,7 +17,7 @@ from reliability_cases import TINY, run_folder_with_checkpoint, user_run, user_t
 
 from pals_adapters.errors import ConfigError
 from pals_adapters.harness.cli import main
-from pals_adapters.harness.training.export_checkpoint import _recorded_run
+from pals_adapters.harness.training.export_checkpoint import recorded_run
 from pals_adapters.harness.training.run_folder import LOCK_FILE, prepare_run_folder, run_lock, write_record
 
 ENV = {
@@ -145,7 +145,7 @@ def test_a_run_folder_recorded_with_an_old_method_name_still_resumes(tmp_path, t
         warnings.simplefilter("error")  # reading the old record is silent
         resumed = dataclasses.replace(config, resume="last")
         assert prepare_run_folder(resumed, resumed.validate()).endswith("checkpoint-4")
-        assert _recorded_run(folder)[0].method == new  # `pals-bench export` of the run
+        assert recorded_run(folder)[0].method == new  # `pals-bench export` of the run
     with pytest.warns(DeprecationWarning, match=new):  # typed with the old name: the same run, with a warning
         typed_old = dataclasses.replace(config, resume="last", method=old)
         specs = typed_old.validate()

@@ -1,5 +1,6 @@
 """What a row's search did, for the report and the dry run: the space, each trial's settings, selection
-score and folder, the settings chosen, and what the search cost (the trials' steps and wall time)."""
+score and folder, the settings chosen, and what the search cost (the trials' steps and wall time). The
+report's table of it: `reporting.search_table`."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from ..collect import FinishedRun
 from ..grid import Grid
+from ..reporting.rows import FinishedRun
 from ..runs import DONE, RESULTS_FILE, run_state, unique_runs
 from . import study as studies
 from .trials import RowSearch, plan_trial
@@ -59,41 +60,6 @@ def add_search_records(data: dict, searches: list[RowSearch], grid: Grid, output
 
 def _value(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def search_lines(data: dict) -> list[str]:
-    """The report's search section: per searched row, the chosen settings, what the search cost, and each
-    trial's settings and selection score."""
-    searched = [row for row in data["rows"] if row.get("search")]
-    if not searched:
-        return []
-    lines = [
-        "",
-        "Settings chosen by each row's search, by their score on the selection part (training rows held out "
-        "from the trials' training; the dev set is never read); the row's seeds then trained on the full "
-        "training data with them. Selection scores in points; cost: the trials' runs, steps and wall time.",
-    ]
-    for row in searched:
-        search = row["search"]
-        names = list(search["space"])
-        chosen = ", ".join(f"{n}={_value(v)}" for n, v in (search["chosen"] or {}).items()) or "not finished"
-        cost = search["cost"]
-        lines += [
-            "",
-            f"{row['name']}: chose {chosen} ({search['sampler']}, "
-            f"{len(search['trials'])} of {search['trials_per_row']} trials, selection {search['selection']:g} of "
-            f"the training rows, seed {search['seed']}; cost {cost['runs']} runs, {cost['steps']:,} steps, "
-            f"{cost['seconds']:.0f} s)",
-            "",
-            "| trial | " + " | ".join(names) + " | selection score | |",
-            "|---:|" + "---:|" * len(names) + "---:|---|",
-        ]
-        for trial in search["trials"]:
-            score = trial["selection_score"]
-            mark = "chosen" if trial["number"] == search["chosen_trial"] else ""
-            cells = " | ".join(_value(trial["settings"][n]) for n in names)
-            lines.append(f"| {trial['number']} | {cells} | {'-' if score is None else f'{score:.1f}'} | {mark} |")
-    return lines
 
 
 def describe_searches(searches: list[RowSearch], grid: Grid, output_dir: Path) -> dict:

@@ -162,3 +162,17 @@ def with_choices(grid: Grid, searches: list[RowSearch]) -> Grid:
 
 def unfinished(searches: list[RowSearch]) -> list[RowSearch]:
     return [search for search in searches if search.study is None or not search.finished]
+
+
+def with_searched_settings(grid: Grid, output_dir: Path, row: str) -> Grid:
+    """The grid with the settings each finished search chose (nothing trained or written): the grid whose runs
+    are the comparison's; ConfigError when ``row``'s search is not finished."""
+    searches = plan_searches(grid, output_dir)
+    read_studies(searches)
+    for search in unfinished(searches):
+        if search.row.name == row:
+            raise ConfigError(
+                f"row {row!r}: its search is not finished, so its runs are not known yet; run pals-bench compare "
+                "to finish it"
+            )
+    return with_choices(grid, searches)

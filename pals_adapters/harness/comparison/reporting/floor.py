@@ -9,10 +9,10 @@ from collections import Counter
 
 import numpy as np
 
-from ..scoring.metrics import compute_metrics, task_score
-from ..tasks.spec import TaskSpec
-from ..tasks.splits import load_split
-from .collect import RowResult
+from ...scoring.metrics import compute_metrics, task_score
+from ...tasks.spec import TaskSpec
+from ...tasks.splits import load_split
+from .rows import RowResult
 from .stats import mean_half_width
 
 SIGNED_METRICS = ("matthews", "pearson", "spearman")  # from -1 to 1; the others from 0 to 1

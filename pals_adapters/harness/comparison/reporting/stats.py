@@ -10,8 +10,8 @@ import statistics
 import numpy as np
 from scipy import stats as scipy_stats
 
-from ..scoring.metrics import compute_metrics, task_score
-from ..tasks.spec import TaskSpec
+from ...scoring.metrics import compute_metrics, task_score
+from ...tasks.spec import TaskSpec
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 1000

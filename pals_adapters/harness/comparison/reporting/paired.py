@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..scoring.report import DEV_PREDICTIONS_FILE
-from ..tasks.spec import TaskSpec
-from .collect import RowResult
+from ...scoring.report import DEV_PREDICTIONS_FILE
+from ...tasks.spec import TaskSpec
+from .rows import RowResult
 from .stats import bootstrap_interval, t_interval
 
 

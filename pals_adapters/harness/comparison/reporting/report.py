@@ -11,10 +11,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from ...errors import ConfigError
-from .collect import RowResult
+from ....errors import ConfigError
 from .floor import floor_flags
-from .search.record import search_lines
+from .rows import RowResult
+from .search_table import search_lines
 from .stats import mean_sd
 
 REPORT_NAME = "comparison"
