@@ -70,7 +70,8 @@ def _ask_round(study, spec: SearchSpec) -> None:
         count = startup - len(trials) if len(trials) < startup else 1
     for number in range(len(trials), len(trials) + count):
         if not spec.grid_form:
-            study.sampler = optuna.samplers.TPESampler(seed=spec.seed + number, n_startup_trials=startup_trials(spec))
+            seed = (spec.seed + number) % 2**32  # numpy's seeds end below 2**32
+            study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(spec))
         study.ask(distributions)
 
 
