@@ -214,7 +214,7 @@ SERVING = {
     "predict-export-without-a-test-file": (
         predict_export(export=lambda tmp: user_task_export(tmp).parent),
         SystemExit,
-        ["no task has a test file to predict (tasks ['mine'])", "add 'test: FILE'", "--split"],
+        ["no task has a test split to predict (mine: add 'test: FILE'", "--task-file", "--file FILE", "--split"],
     ),
     "predict-export-test-file-with-an-id-twice": (
         predict_export(export=user_export_with_test_ids(["x", "y", "x"])),

@@ -36,7 +36,8 @@ def plot(data: dict) -> bytes | None:
             values = [scores[key] for scores in _per_seed(row)]
             mean, half = row["mean"][key], mean_half_width(values) or 0.0
             low, high = ranges[key]
-            error = [[mean - max(mean - half, low)], [min(mean + half, high) - mean]]  # clipped to the range
+            # clipped to the range; never below zero (a mean outside it, e.g. an average under 0, draws no bar there)
+            error = [[max(0.0, mean - max(mean - half, low))], [max(0.0, min(mean + half, high) - mean)]]
             flags = row["flags"].get(key, {})
             hollow = flags.get("near_floor") or flags.get("one_class_seeds")
             y = i + (k - (len(keys) - 1) / 2) * 0.8 / len(keys)
