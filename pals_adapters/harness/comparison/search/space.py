@@ -62,13 +62,13 @@ class SearchSpec:
         return [dict(zip(names, values)) for values in itertools.product(*(self.space[n] for n in names))]
 
     def corners(self) -> list[dict]:
-        """The settings that bound the search: every combination (a grid), or each range at both of its ends
-        with every list's candidates: checked as runs before anything trains."""
+        """The settings checked as runs before anything trains: every combination of a grid (each is a trial);
+        for ranges, each candidate and each range's two ends in turn, the other settings at their first."""
         if self.grid_form:
             return self.combinations()
         ends = {name: values if isinstance(values, list) else _bounds(values) for name, values in self.space.items()}
-        names = list(ends)
-        return [dict(zip(names, values)) for values in itertools.product(*(ends[n] for n in names))]
+        first = {name: values[0] for name, values in ends.items()}
+        return [first] + [{**first, name: value} for name, values in ends.items() for value in values[1:]]
 
     def distributions(self) -> dict:
         """Optuna's distribution of each setting."""
