@@ -52,7 +52,8 @@ def trials_of(study) -> list:
 def ask_round(study, spec: SearchSpec, journal: Path) -> None:
     """Asks the next round's trials, when no trial is waiting for its score and the search has trials left
     (under a lock: two commands on one output folder never both ask)."""
-    with FileLock(str(journal) + ".lock"):
+    # Not "<journal>.lock": Optuna's journal backend takes that name for its own lock, and would wait on ours.
+    with FileLock(str(journal) + ".ask.lock"):
         _ask_round(study, spec)
 
 
