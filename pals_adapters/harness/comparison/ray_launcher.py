@@ -18,6 +18,7 @@ import socket
 import tarfile
 import tempfile
 import uuid
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,10 +26,10 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from ...errors import ConfigError
-from ..training.run_folder import run_lock
+from ..training.run_folder import RunInUse, run_lock
 from .grid import PlannedRun
 from .launch import FailedRun, Launch
-from .runs import DONE, RESULTS_FILE, Progress, run_state, train_one, unique_runs
+from .runs import DONE, RESULTS_FILE, Progress, record_of_finished, run_state, train_one, unique_runs
 
 PLACEMENT_KEY = "placement"  # results.json: where the run trained, with what
 
@@ -40,23 +41,56 @@ def train_on_ray(planned: list[PlannedRun], keep_checkpoints: bool, launch: Laun
     todo = [run for run in runs if run_state(run) != DONE]
     if not todo:
         return []
-    for run in todo:  # what a driver killed while writing a run left beside its folder
-        for stale in run.folder.parent.glob(f".{run.folder.name}.*-*"):
-            shutil.rmtree(stale, ignore_errors=True)
     started_here = not ray.is_initialized()  # a caller's own Ray session is used, and left open
     if started_here:
         _connect(launch.ray_address)
     try:
-        at_once = check_resources(launch)  # before any run is placed
-        where = launch.ray_address or "a Ray instance started on this machine"
-        print(
-            f"compare: {len(todo)} runs on {where}, each with {_describe(_asked(launch))}; up to {at_once} at a time",
-            flush=True,
-        )
-        return _train(todo, keep_checkpoints, launch, Progress(len(runs), len(runs) - len(todo), at_once))
+        at_once = check_resources(launch)  # before any run is placed, or any folder made
+        with ExitStack() as claims:
+            mine, held = claim(todo, claims)
+            where = launch.ray_address or "a Ray instance started on this machine"
+            print(
+                f"compare: {len(todo)} runs on {where}, each with {_describe(_asked(launch))}; "
+                f"up to {at_once} at a time",
+                flush=True,
+            )
+            progress = Progress(len(runs), len(runs) - len(todo), at_once)
+            for run in held:
+                progress.held(run)
+            failed = _train(mine, keep_checkpoints, launch, progress)
+            for run in held:  # another compare's runs, once it lets go of them: what it left unfinished
+                claims.enter_context(run_lock(run.folder, wait=True))
+                _remove_leftovers(run)
+            rest = [run for run in held if run_state(run) != DONE]
+            for run in held:
+                if run not in rest:
+                    progress.finished(run, record_of_finished(run))
+            return failed + _train(rest, keep_checkpoints, launch, progress)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def claim(todo: list[PlannedRun], claims: ExitStack) -> tuple[list[PlannedRun], list[PlannedRun]]:
+    """The runs of ``todo`` whose lock this driver now holds (in ``claims``: until they are written back, so
+    that a second compare on the folder leaves a run alone while a node trains it), and those another process
+    holds."""
+    mine, held = [], []
+    for run in todo:
+        try:
+            claims.enter_context(run_lock(run.folder))
+        except RunInUse:
+            held.append(run)
+            continue
+        mine.append(run)
+        _remove_leftovers(run)
+    return mine, held
+
+
+def _remove_leftovers(run: PlannedRun) -> None:
+    """What a driver killed while writing the run left beside its folder (only ever touched under its lock)."""
+    for stale in run.folder.parent.glob(f".{run.folder.name}.*-*"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def _connect(address: str | None) -> None:
@@ -217,7 +251,7 @@ def write_run(archive: bytes, folder: Path, trained_in: str, placement: dict) ->
                 data[PLACEMENT_KEY] = placement
             record.write_text(json.dumps(data, indent=2), encoding="utf-8")
         replaced = None
-        with run_lock(folder, wait=True):  # never under a run another compare is training here
+        with run_lock(folder, wait=True):  # held by this driver since it was claimed; taken again freely
             # a partial run of the same settings (e.g. cut off here): the finished one wins
             replaced = folder.rename(folder.parent / f".{folder.name}.replaced-{uuid.uuid4().hex[:8]}")
             incoming.rename(folder)

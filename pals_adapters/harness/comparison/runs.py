@@ -104,8 +104,7 @@ def _train_locked(run: PlannedRun, keep_checkpoints: bool, callbacks) -> dict:
     config, folder = copy.deepcopy(run.config), run.folder
     state = run_state(run)
     if state == DONE:  # another compare finished it while this one waited
-        results = json.loads((folder / RESULTS_FILE).read_text(encoding="utf-8"))
-        return _record(folder, results, resumed=False, trained=False)
+        return record_of_finished(run)
     if state == DAMAGED:
         problem = record_problem(folder, run.tasks)
         (folder / RESULTS_FILE).replace(folder / (RESULTS_FILE + DAMAGED_SUFFIX))
@@ -132,6 +131,12 @@ def _train_locked(run: PlannedRun, keep_checkpoints: bool, callbacks) -> dict:
         for checkpoint in list_checkpoints(folder):
             shutil.rmtree(checkpoint)
     return _record(folder, results, resumed=config.resume is not None, trained=True)
+
+
+def record_of_finished(run: PlannedRun) -> dict:
+    """The short record of a run another process trained and finished."""
+    results = json.loads((run.folder / RESULTS_FILE).read_text(encoding="utf-8"))
+    return _record(run.folder, results, resumed=False, trained=False)
 
 
 def _recorded_settings(folder: Path) -> dict:

@@ -13,6 +13,13 @@ from compare_reruns import one_row_grid
 
 from pals_adapters.harness import compare
 
+# `pals-bench` as a terminal starts it, with Ctrl-C's default answer: a suite itself run in the background
+# (`nohup pytest &`) hands its children SIGINT ignored, as a shell does for background jobs.
+AS_IN_A_TERMINAL = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from pals_adapters.harness.cli import main; sys.exit(main())"
+)
+
 CASES = [
     ("ctrl-c", signal.SIGINT, 130, 1),
     ("sigterm", signal.SIGTERM, 143, 1),
@@ -26,7 +33,7 @@ def test_an_interrupted_compare_says_how_to_go_on_in_one_line(sent, status, jobs
     grid = one_row_grid(tmp_path, tiny_model_dir, tasks=["mood"], max_steps=2000, save_steps=5, seeds=seeds)
     out = tmp_path / "out"
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "pals_adapters.harness.cli", "compare", "--config", str(grid)]
+    command = [sys.executable, "-c", AS_IN_A_TERMINAL, "compare", "--config", str(grid)]
     command += ["--output-dir", str(out), "--jobs", str(jobs)]
     child = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True

@@ -91,7 +91,11 @@ def test_a_grid_on_two_nodes_reports_what_the_local_launcher_reports(cluster, us
     for key in ("rows", "paired", "floor", "tasks", "reference"):  # every score and interval, to the last digit
         assert scores_only(on_ray[key]) == scores_only(local[key])
     nodes = set()
-    for folder in sorted((tmp_path / "ray" / "runs").iterdir()):
+    finished = sorted(record.parent for record in (tmp_path / "ray" / "runs").glob("*/results.json"))
+    assert [f.name for f in finished] == sorted(f.name for f in (tmp_path / "local" / "runs").iterdir())
+    unfinished = [f for f in (tmp_path / "ray" / "runs").iterdir() if f not in finished]
+    assert [run_files(f) for f in unfinished] == [[".pals-bench.lock"]]  # the failed run's, as a local one's
+    for folder in finished:
         here = tmp_path / "local" / "runs" / folder.name
         assert run_files(folder) == run_files(here)  # the same files, the export of the PALs runs among them
         assert (folder / "dev_predictions.jsonl").read_bytes() == (here / "dev_predictions.jsonl").read_bytes()
