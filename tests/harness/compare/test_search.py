@@ -148,3 +148,14 @@ def test_the_dev_set_plays_no_part_in_the_search(searched, tmp_path, capsys):
 def _ids(path) -> list[str]:
     with open(path, newline="") as handle:
         return [row["id"] for row in csv.DictReader(handle)]
+
+
+def test_trials_in_two_processes_score_and_choose_as_in_one(tiny_model_dir, tmp_path):
+    write_signal_task(tmp_path)
+    rows = "reference: searched\nrows:\n  - name: searched\n    method: shared\n    search: {lr: [1.0e-6, 1.0e-2]}\n"
+    grid = write_search_grid(tmp_path, tiny_model_dir, rows, seeds=[1], search={"selection": 0.25})
+    one, two = (compare(grid, tmp_path / f"jobs{jobs}", jobs=jobs)["rows"][0] for jobs in (1, 2))
+    assert two["search"]["chosen"] == one["search"]["chosen"] == {"lr": 1e-2}
+    scores = [[(t["settings"], t["selection_score"]) for t in row["search"]["trials"]] for row in (one, two)]
+    assert scores[0] == scores[1] and len(scores[0]) == 2
+    assert two["mean"] == one["mean"]
