@@ -2,8 +2,9 @@
 machine, on loopback only: each test drives it as a user does, a fresh `pals-bench compare` process. The runs
 land on both nodes, come back into the output folder as local runs are, and report what the local launcher
 reports; a run failing for its own reason fails once and the others go on; a node killed mid-run and a
-driver killed mid-grid cost only the runs they cut off; a grid that asks for GPUs the cluster lacks is
-refused before it starts. One cluster serves the module (Ray starts slowly on two shared cores)."""
+driver killed mid-grid cost only the runs they cut off; a search's trials run on the cluster and choose as
+local ones do; a grid that asks for GPUs the cluster lacks is refused before it starts. One cluster serves
+the module (Ray starts slowly on two shared cores)."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import time
 import pytest
 from compare_grids import write_grid
 from ray_cluster import Cluster, loopback_namespace
+from search_grids import write_search_grid, write_signal_task
 
 from pals_adapters.harness import compare
 
@@ -162,3 +164,20 @@ def test_a_node_lost_mid_run_is_trained_again_on_another_node(cluster, user_task
     assert not list(storage.iterdir())  # the shared folder keeps no finished run
     local = compare(grid, tmp_path / "local")
     assert scores_only(json.loads((out / "comparison.json").read_text())) == scores_only(local)
+
+
+def test_a_search_on_ray_chooses_and_scores_as_the_local_launcher(cluster, tiny_model_dir, tmp_path):
+    write_signal_task(tmp_path)
+    rows = "reference: searched\nrows:\n  - name: searched\n    method: shared\n    search: {lr: [1.0e-6, 1.0e-2]}\n"
+    grid = write_search_grid(tmp_path, tiny_model_dir, rows, seeds=[1], search={"selection": 0.25})
+    done = cluster.run(compare_command(grid, tmp_path / "ray", cluster))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "compare: 2 runs on" in done.stdout and "compare: 1 runs on" in done.stdout  # the trials, then the row
+    on_ray = json.loads((tmp_path / "ray" / "comparison.json").read_text())["rows"][0]
+    local = compare(grid, tmp_path / "local")["rows"][0]
+    assert on_ray["search"]["chosen"] == local["search"]["chosen"] == {"lr": 1e-2}
+    for trial, local_trial in zip(on_ray["search"]["trials"], local["search"]["trials"], strict=True):
+        for key in ("settings", "selection_score"):
+            assert trial[key] == local_trial[key]
+        assert "placement" in json.loads((tmp_path / "ray" / trial["run_dir"] / "results.json").read_text())
+    assert scores_only(on_ray["runs"]) == scores_only(local["runs"])
