@@ -58,13 +58,14 @@ def train_on_ray(planned: list[PlannedRun], keep_checkpoints: bool, launch: Laun
             for run in held:
                 progress.held(run)
             failed = _train(mine, keep_checkpoints, launch, progress)
+            rest = []
             for run in held:  # another compare's runs, once it lets go of them: what it left unfinished
                 claims.enter_context(run_lock(run.folder, wait=True))
                 _remove_leftovers(run)
-            rest = [run for run in held if run_state(run) != DONE]
-            for run in held:
-                if run not in rest:
+                if run_state(run) == DONE:
                     progress.finished(run, record_of_finished(run))
+                else:
+                    rest.append(run)
             return failed + _train(rest, keep_checkpoints, launch, progress)
     finally:
         if started_here:
